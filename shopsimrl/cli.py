@@ -1,0 +1,47 @@
+"""The `shopsimrl` command line: a thin click layer over library functions.
+
+Command groups live next to the code they drive and are imported only when invoked, so
+`shopsimrl --help` stays fast and a broken optional stack (torch, wandb) cannot break other commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of a click command or group
+COMMANDS: dict[str, str] = {
+    "shop": "shopsimrl.shop.commands:shop",
+    "monitor": "shopsimrl.metrics.commands:monitor",
+    "wandb": "shopsimrl.tracking.commands:wandb_group",
+    "train": "shopsimrl.local.commands:train",
+    "preflight": "shopsimrl.ops.commands:preflight",
+    "smoke": "shopsimrl.ops.commands:smoke",
+    "canary": "shopsimrl.ops.commands:canary",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attribute = target.partition(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="shopsimrl")
+def main() -> None:
+    """ShopSimRL: train LLM shopping agents with GRPO and a skill curriculum.
+
+    Example: shopsimrl shop expert --tasks 20
+    """
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Error types shared by every stage.
+
+The split between policy failures and technical failures is the project's error taxonomy
+(docs/error_taxonomy.md): a policy failure is an observation the model sees and is scored; a
+technical failure makes the trajectory unscorable and is never recorded as reward 0.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TechnicalErrorKind(StrEnum):
+    """What broke, when it was not the policy's fault."""
+
+    ENVIRONMENT = "environment"  # the shop raised an exception it should not have
+    PARSER = "parser"  # our tool-call parser crashed (malformed model text is NOT this)
+    MODEL_SERVICE = "model_service"  # HTTP error, timeout, connection loss, abort of the model server
+    INTERNAL = "internal"  # any other bug of ours inside the agent loop
+
+
+class TechnicalError(Exception):
+    """A failure that makes a trajectory unscorable. Carries a kind and a message."""
+
+    def __init__(self, kind: TechnicalErrorKind | str, message: str):
+        self.kind = TechnicalErrorKind(kind)
+        self.message = message
+        super().__init__(f"{self.kind.value}: {message}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "message": self.message}
+
+
+class ModelServiceError(TechnicalError):
+    """The model server failed (HTTP status, timeout, connection loss, abort)."""
+
+    def __init__(self, message: str):
+        super().__init__(TechnicalErrorKind.MODEL_SERVICE, message)
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; lists every problem found, each with where it was found."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid configuration in {source} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class TornRecordError(ValueError):
+    """A JSONL file holds a line that is not valid JSON (a torn write or corruption)."""
+
+    def __init__(self, path: str, line_number: int, reason: str):
+        self.path = path
+        self.line_number = line_number
+        self.reason = reason
+        super().__init__(f"{path}:{line_number}: unreadable JSONL record ({reason})")

@@ -1,0 +1,13 @@
+"""Atomic files and tolerant JSONL: the audit record under runs/ is written only through here."""
+
+from shopsimrl.storage.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
+
+__all__ = [
+    "JsonlReadResult",
+    "append_jsonl",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "read_jsonl",
+]

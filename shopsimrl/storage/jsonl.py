@@ -1,0 +1,91 @@
+"""Append-only JSONL with one `write` per record, and a reader that survives a torn tail.
+
+A crash can leave the last line incomplete. The reader returns every good record and reports the
+torn line with file and line number instead of raising; a bad line that is *not* the last one is
+corruption and raises `TornRecordError` (strict) or is reported too (tolerant).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.errors import TornRecordError
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
+
+
+def dumps_record(record: Any) -> str:
+    """One JSON line, no newline inside; NaN/Infinity kept (as JSON tokens) rather than lost."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_default)
+
+
+def append_jsonl(path: str | os.PathLike[str], record: Any, *, fsync: bool = False) -> None:
+    """Append one record as one line with a single write call (O_APPEND keeps lines whole)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    line = (dumps_record(record) + "\n").encode("utf-8")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {target}: {written} of {len(line)} bytes")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class JsonlReadResult:
+    records: list[Any] = field(default_factory=list)
+    problems: list[TornRecordError] = field(default_factory=list)
+
+    @property
+    def torn_tail(self) -> TornRecordError | None:
+        return self.problems[-1] if self.problems else None
+
+
+def iter_jsonl_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            yield number, line
+
+
+def read_jsonl(path: str | os.PathLike[str], *, strict_middle: bool = True) -> JsonlReadResult:
+    """Read every good record. A torn *last* line is reported in `problems`, never raised.
+
+    With `strict_middle`, an unreadable line followed by good lines raises `TornRecordError`,
+    since that is corruption rather than an interrupted append.
+    """
+    result = JsonlReadResult()
+    pending: TornRecordError | None = None
+    for number, line in iter_jsonl_lines(path):
+        if not line.strip():
+            continue
+        if pending is not None:
+            if strict_middle:
+                raise pending
+            result.problems.append(pending)
+            pending = None
+        try:
+            result.records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            reason = "no newline at end (torn write)" if not line.endswith("\n") else exc.msg
+            pending = TornRecordError(str(path), number, reason)
+    if pending is not None:
+        result.problems.append(pending)
+    return result
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
