@@ -17,7 +17,6 @@ COMMANDS: dict[str, str] = {
     "wandb": "shopsimrl.tracking.commands:wandb_group",
     "train": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",
-    "smoke": "shopsimrl.ops.commands:smoke",
     "canary": "shopsimrl.ops.commands:canary",
 }
 
