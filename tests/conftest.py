@@ -1,0 +1,82 @@
+"""Shared pytest fixtures.
+
+`wandb_offline` isolates W&B completely for one test: offline mode, every wandb directory, HOME and
+NETRC under the test's tmp_path, no telemetry, and none of the run-selecting variables of the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Variables that would make a test depend on the host: credentials, run selection, our own switch.
+_HOST_WANDB_VARS = (
+    "WANDB_API_KEY",
+    "WANDB_RUN_GROUP",
+    "WANDB_GROUP",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_RUN_ID",
+    "WANDB_RESUME",
+    "WANDB_BASE_URL",
+    "WANDB_IDENTITY_TOKEN_FILE",
+    "WANDB_CREDENTIALS_FILE",
+    "WANDB_SERVICE",
+    "USE_WANDB",
+)
+
+
+@dataclass(frozen=True)
+class WandbOfflineEnv:
+    """Paths of an isolated offline W&B environment (all under the test's tmp_path)."""
+
+    root: Path
+    wandb_dir: Path  # WANDB_DIR: offline runs land in <wandb_dir>/wandb/offline-run-*
+    data_dir: Path  # WANDB_DATA_DIR: artifact staging
+    cache_dir: Path  # WANDB_CACHE_DIR
+    config_dir: Path  # WANDB_CONFIG_DIR
+    home: Path  # HOME
+    netrc: Path  # NETRC (not created)
+
+
+def isolate_wandb(root: Path, monkeypatch: pytest.MonkeyPatch) -> WandbOfflineEnv:
+    """Point every W&B location under `root` and clear host W&B variables (used by the fixtures)."""
+    env = WandbOfflineEnv(
+        root=root,
+        wandb_dir=root / "wandb_dir",
+        data_dir=root / "wandb_dir" / "data",
+        cache_dir=root / "wandb_dir" / "cache",
+        config_dir=root / "config",
+        home=root / "home",
+        netrc=root / "home" / ".netrc",
+    )
+    for path in (env.wandb_dir, env.data_dir, env.cache_dir, env.config_dir, env.home):
+        path.mkdir(parents=True, exist_ok=True)
+    for name in _HOST_WANDB_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(env.wandb_dir))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(env.data_dir))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(env.cache_dir))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(env.config_dir))
+    monkeypatch.setenv("HOME", str(env.home))
+    monkeypatch.setenv("NETRC", str(env.netrc))
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    return env
+
+
+@pytest.fixture
+def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WandbOfflineEnv:
+    """Function-scoped isolated offline W&B environment under tmp_path."""
+    return isolate_wandb(tmp_path / "wandb_env", monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def wandb_offline_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WandbOfflineEnv]:
+    """The same isolation for a whole module, so tests can share one (slow to start) W&B run."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield isolate_wandb(tmp_path_factory.mktemp("wandb_env"), monkeypatch)
