@@ -13,6 +13,7 @@ import click
 # name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
     "shop": "shopsimrl.shop.commands:shop",
+    "tasks": "shopsimrl.rollout.commands:tasks",
     "monitor": "shopsimrl.metrics.commands:monitor",
     "wandb": "shopsimrl.tracking.commands:wandb_group",
     "train": "shopsimrl.local.commands:train",

@@ -65,6 +65,9 @@ class ShopSimOptions(_Strict):
     )
     catalog: CatalogOptions = Field(default_factory=CatalogOptions)
     split: Literal["train"] = "train"
+    tool_call_format: Literal["xml", "json"] = Field(
+        "xml", description="xml: Qwen3.5's chat template (production); json: Qwen3's <tool_call> JSON form"
+    )
     max_turns: int = Field(12, ge=1)
     max_new_tokens_per_turn: int = Field(256, ge=1)
     max_context_tokens: int = Field(8192, ge=256)
@@ -127,8 +130,10 @@ def options_from_args(args: Any) -> ShopSimOptions:
     if not hasattr(args, OPTIONS_KEY):
         raise ConfigError(
             "args",
-            [f"no `{OPTIONS_KEY}` attribute: pass --custom-config-path with a YAML that has a "
-             f"top-level `{OPTIONS_KEY}:` section"],
+            [
+                f"no `{OPTIONS_KEY}` attribute: pass --custom-config-path with a YAML that has a "
+                f"top-level `{OPTIONS_KEY}:` section"
+            ],
         )
     raw = getattr(args, OPTIONS_KEY)
     options = raw if isinstance(raw, ShopSimOptions) else validate_options(raw, "args.shopsim")

@@ -1,0 +1,27 @@
+# shellcheck shell=bash
+# Megatron architecture flags of Qwen3.5-4B, sourced by scripts/run_shopsimrl_slime.sh.
+# Values as in slime v0.3.1 scripts/models/qwen3.5-4B.sh (a6272da0); every flag is declared in
+# shopsimrl/ops/slime_flags.py. The layer spec comes from slime_plugins, which the slime image ships.
+# shellcheck disable=SC2034  # read by the launcher after `source`
+MODEL_ARGS=(
+  --spec "slime_plugins.models.qwen3_5" "get_qwen3_5_spec"
+  --disable-bias-linear
+  --qk-layernorm
+  --group-query-attention
+  --num-attention-heads 16
+  --num-query-groups 4
+  --kv-channels 256
+  --num-layers 32
+  --hidden-size 2560
+  --ffn-hidden-size 9216
+  --use-gated-attention
+  --normalization RMSNorm
+  --apply-layernorm-1p
+  --position-embedding-type rope
+  --norm-epsilon 1e-6
+  --rotary-percent 0.25
+  --swiglu
+  --vocab-size 248320
+  --rotary-base 10000000
+  --attention-output-gate
+)

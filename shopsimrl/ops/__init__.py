@@ -1,0 +1,10 @@
+"""Operations: preflight checks, the slime flag list, compose validation, the canary.
+
+Modules are imported by name (`from shopsimrl.ops.preflight import run_preflight`); this package
+imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and independent.
+
+- `shopsimrl.ops.preflight`: `run_preflight`, `PreflightContext`, `CheckResult`, `Status`, `Runner`
+- `shopsimrl.ops.slime_flags`: `FLAGS`, `FLAG_NAMES`, `FORBIDDEN_FLAGS`, `unlisted_flags`
+- `shopsimrl.ops.compose_schema`: `schema_errors`, `persistent_mount_problems`
+- `shopsimrl.ops.canary`: `run_canary`, `CanarySettings`, `CanaryReport`
+"""

@@ -1,0 +1,177 @@
+"""Tasks with hidden gold, in fixed train / validation / test splits.
+
+A task is built from one catalog family: the instruction asks for the base product's type, its
+attributes and target option values, under the family's price ceiling. The gold (privileged) also
+lists every product that satisfies all constraints, since another family can match by chance.
+
+Splits are a pure function of the catalog: families are shuffled with a generator seeded from the
+catalog seed and cut into test, validation and train, so task ids never overlap across splits.
+Validation tasks feed the gate and must never reach the Failure Analyst: every task carries its
+split, and `Task.split` is what downstream code checks.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from shopsimrl.shop.catalog import FAMILY_SIZE, NO_VALUE, Catalog, product_id
+from shopsimrl.shop.categories import CATEGORIES
+
+SPLIT_SALT = 0x5EED_5917  # separates the split shuffle's random stream from catalog generation
+MAX_HELD_OUT = 200  # tasks per held-out split (validation, test) at most
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    VALIDATION = "validation"
+    TEST = "test"
+
+
+class Gold(BaseModel):
+    """Privileged: never shown to the policy, never put into prompts or skills."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    category: str
+    product_type: str
+    attributes: dict[str, str]
+    options: dict[str, str]
+    price_ceiling: float
+    gold_product_ids: list[str]
+    family_product_ids: dict[str, str]  # role -> product id (base, attribute_swap, ...)
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task_id: str  # "<split>-<catalog seed>-<number>", e.g. "train-0-00012"
+    split: Split
+    instruction: str
+    gold: Gold
+
+    @property
+    def is_validation(self) -> bool:
+        return self.split is Split.VALIDATION
+
+
+_TEMPLATES = (
+    "I'm looking for {attrs} {ptype}{options}, priced lower than ${ceiling}.",
+    "Find me {attrs} {ptype}{options}. My budget is ${ceiling} at most.",
+    "Please buy {attrs} {ptype}{options} that costs no more than ${ceiling}.",
+    "I need {attrs} {ptype}{options}, and it must be under ${ceiling}.",
+)
+
+
+def _options_phrase(options: dict[str, str]) -> str:
+    if not options:
+        return ""
+    parts = [f"{name} {value}" for name, value in options.items()]
+    return " in " + " and ".join(parts) if len(parts) <= 2 else " in " + ", ".join(parts)
+
+
+def split_sizes(num_families: int) -> dict[Split, int]:
+    """Held-out splits get an eighth of the families each (at most MAX_HELD_OUT); train the rest."""
+    held = max(1, min(MAX_HELD_OUT, num_families // 8))
+    return {Split.TEST: held, Split.VALIDATION: held, Split.TRAIN: max(0, num_families - 2 * held)}
+
+
+def _complete_families(catalog: Catalog) -> np.ndarray:
+    # The last family is cut short when num_products % 4 != 0; it has missing near misses.
+    complete = catalog.num_products // FAMILY_SIZE
+    return np.arange(complete)
+
+
+@lru_cache(maxsize=8)
+def _split_families(catalog: Catalog) -> dict[Split, np.ndarray]:
+    families = _complete_families(catalog)
+    rng = np.random.Generator(np.random.PCG64([catalog.seed, SPLIT_SALT]))
+    shuffled = rng.permutation(families)
+    sizes = split_sizes(int(families.shape[0]))
+    test = shuffled[: sizes[Split.TEST]]
+    validation = shuffled[sizes[Split.TEST] : sizes[Split.TEST] + sizes[Split.VALIDATION]]
+    train = shuffled[sizes[Split.TEST] + sizes[Split.VALIDATION] :]
+    return {Split.TRAIN: train, Split.VALIDATION: validation, Split.TEST: test}
+
+
+def _gold_products(catalog: Catalog, family: int) -> list[int]:
+    """Every product that satisfies the family's task: type, attributes, offered options, price."""
+    base = int(catalog.family_base[family])
+    ok = catalog.type_id == catalog.type_id[base]
+    ok &= np.all(catalog.attrs == catalog.attrs[base], axis=1)
+    ok &= catalog.price_cents <= catalog.family_ceiling_cents[family]
+    for d, target in enumerate(catalog.family_target_options[family]):
+        if target != NO_VALUE:
+            ok &= (catalog.option_masks[:, d] >> int(target)) & 1 == 1
+    return np.flatnonzero(ok).tolist()
+
+
+def _family_members(catalog: Catalog, family: int) -> dict[str, str]:
+    members = np.flatnonzero(catalog.family == family)
+    names = ("base", "attribute_swap", "option_missing", "over_budget")
+    return {names[int(catalog.role[i])]: product_id(int(i)) for i in members}
+
+
+def make_task(catalog: Catalog, split: Split, number: int, family: int) -> Task:
+    base = int(catalog.family_base[family])
+    spec = CATEGORIES[int(catalog.category_id[base])]
+    attributes = catalog.attributes_of(base)
+    options = {
+        name: values[int(catalog.family_target_options[family, d])]
+        for d, (name, values) in enumerate(spec.options)
+    }
+    ceiling = int(catalog.family_ceiling_cents[family]) / 100.0
+    ptype = catalog.type_name(int(catalog.type_id[base]))
+    # The phrasing is chosen from the family number so that it is stable under re-generation.
+    template = _TEMPLATES[family % len(_TEMPLATES)]
+    instruction = template.format(
+        attrs=" ".join(attributes.values()),
+        ptype=ptype,
+        options=_options_phrase(options),
+        ceiling=f"{ceiling:.2f}",
+    )
+    gold = Gold(
+        category=spec.name,
+        product_type=ptype,
+        attributes=attributes,
+        options=options,
+        price_ceiling=ceiling,
+        gold_product_ids=[product_id(i) for i in _gold_products(catalog, family)],
+        family_product_ids=_family_members(catalog, family),
+    )
+    return Task(
+        task_id=f"{split.value}-{catalog.seed}-{number:05d}", split=split, instruction=instruction, gold=gold
+    )
+
+
+def load_split(catalog: Catalog, split: Split | str, limit: int | None = None) -> list[Task]:
+    """The tasks of one split, in a fixed order. `limit` takes a prefix (the same tasks every time)."""
+    try:
+        split = Split(split)
+    except ValueError:
+        raise ValueError(f"unknown split {split!r}; expected one of: train, validation, test") from None
+    families = _split_families(catalog)[split]
+    if limit is not None:
+        families = families[:limit]
+    return [make_task(catalog, split, number, int(f)) for number, f in enumerate(families)]
+
+
+def get_task(catalog: Catalog, task_id: str) -> Task:
+    """Look a task up by id, e.g. "validation-0-00003"."""
+    parts = task_id.split("-")
+    problem = None
+    if len(parts) != 3 or not parts[2].isdigit():
+        problem = "expected <split>-<catalog seed>-<number>"
+    elif parts[0] not in {s.value for s in Split}:
+        problem = f"unknown split {parts[0]!r}"
+    elif parts[1] != str(catalog.seed):
+        problem = f"the task belongs to catalog seed {parts[1]}, this catalog has seed {catalog.seed}"
+    if problem is None:
+        families = _split_families(catalog)[Split(parts[0])]
+        number = int(parts[2])
+        if number >= families.shape[0]:
+            problem = f"split {parts[0]} has {families.shape[0]} tasks"
+        else:
+            return make_task(catalog, Split(parts[0]), number, int(families[number]))
+    raise ValueError(f"unknown task id {task_id!r}: {problem}")

@@ -1,0 +1,68 @@
+"""The Makefile front door: `make help` lists targets, each of which `make -n` can expand on both runners."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from ops_helpers import ROOT
+
+_ENV = {k: v for k, v in os.environ.items() if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS")}
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=_ENV, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def listed_targets() -> list[str]:
+    result = make("help")
+    assert result.returncode == 0, result.stderr
+    return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_help_is_the_default_goal_and_lists_the_required_targets():
+    assert make().stdout == make("help").stdout
+    assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "train-smoke",
+                                "train", "wandb-sync", "report", "canary", "shell", "images", "pin-images"]
+
+
+@pytest.mark.parametrize("runner", ["docker", "local"])
+def test_every_listed_target_expands(runner):
+    for target in listed_targets():
+        result = make("-n", target, f"RUNNER={runner}")
+        assert result.returncode == 0, f"{target} ({runner}): {result.stderr}"
+        assert result.stdout.strip() or target == "setup", target
+
+
+def _last_line(*args: str) -> str:
+    return make("-n", *args).stdout.strip().splitlines()[-1]
+
+
+def test_fixed_cli_commands_on_the_local_runner():
+    cli = ".venv/bin/python -m shopsimrl.cli"
+    assert _last_line("demo") == f"{cli} train demo"
+    assert _last_line("train-smoke", "RUNNER=local") == f"{cli} train smoke --config configs/local/smoke.yaml"
+    assert _last_line("train", "RUNNER=local") == f"{cli} train run --config configs/local/train.yaml"
+    assert _last_line("wandb-sync", "RUNNER=local") == f"{cli} wandb sync wandb"
+    assert _last_line("wandb-sync", "RUNNER=local", "WANDB_DIR=/data/wandb") == f"{cli} wandb sync /data/wandb"
+    assert _last_line("report", "RUNNER=local", "WANDB_GROUP=g1") == f"{cli} wandb export --group g1"
+    assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
+    assert _last_line("preflight", "RUNNER=local") == f"{cli} preflight --runner local"
+    assert _last_line("pin-images") == "bash docker/pin_images.sh docker/versions.env"
+
+
+def test_docker_runner_runs_the_compose_service():
+    compose = "docker compose --env-file docker/versions.env"
+    for target in ("train-smoke", "train", "wandb-sync", "report", "canary"):
+        line = _last_line(target)
+        assert line.startswith(compose) and line.endswith(f"run --rm {target}"), line
+    assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"
+    assert _last_line("shell").endswith("run --rm train bash")
+
+
+def test_unknown_runner_is_an_error():
+    result = make("help", "RUNNER=slurm")
+    assert result.returncode == 2
+    assert "RUNNER must be docker or local, got 'slurm'" in result.stderr

@@ -1,0 +1,113 @@
+"""`wandb sync`: the real binary's dry run, and a fake `wandb` on PATH for the server-side outcomes."""
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shopsimrl.tracking import StageLogger, WandbSettings
+from shopsimrl.tracking.commands import wandb_group
+from shopsimrl.tracking.sync import SyncStatus, find_offline_runs, format_table, sync_runs
+
+# A fake `wandb`: behaviour chosen per run id by FAKE_WANDB_<run id>; "marker" writes the .synced marker.
+_FAKE = """#!/bin/sh
+run_dir="$3"
+run_file=$(ls "$run_dir"/run-*.wandb)
+id=$(basename "$run_file" .wandb | sed 's/^run-//')
+eval behaviour=\\$FAKE_WANDB_$id
+echo "fake wandb $1 $2 for $id: $behaviour"
+case "$behaviour" in
+  marker) touch "$run_file.synced"; exit 0 ;;
+  nomarker) echo "ERROR Error initializing run: connection refused"; exit 0 ;;
+  fail) echo "Error: No API key configured."; exit 1 ;;
+  hang) sleep 60 ;;
+esac
+"""
+
+
+def _fake_run(root: Path, run_id: str) -> None:
+    run_dir = root / "wandb" / f"offline-run-20260101_000000-{run_id}"
+    run_dir.mkdir(parents=True)
+    (run_dir / f"run-{run_id}.wandb").write_bytes(b":W&B\xe1\xbe\x00")
+
+
+@pytest.fixture
+def fake_wandb(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "wandb"
+    script.write_text(_FAKE)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return script
+
+
+def test_marker_not_exit_code_decides_and_hang_is_killed(tmp_path, fake_wandb, monkeypatch):
+    root = tmp_path / "wandbdir"
+    for run_id, behaviour in [("aaa1", "marker"), ("bbb2", "nomarker"), ("ccc3", "fail"), ("ddd4", "hang")]:
+        _fake_run(root, run_id)
+        monkeypatch.setenv(f"FAKE_WANDB_{run_id}", behaviour)
+    _fake_run(root, "eee5")
+    (root / "wandb" / "offline-run-20260101_000000-eee5" / "run-eee5.wandb.synced").touch()
+    (root / "wandb" / "run-20260101_000000-online1").mkdir()  # an online run dir: never synced by us
+
+    results = sync_runs(root, timeout_s=2)
+    assert {r.run.run_id: r.status for r in results} == {
+        "aaa1": SyncStatus.SYNCED,
+        "bbb2": SyncStatus.NO_MARKER,
+        "ccc3": SyncStatus.FAILED,
+        "ddd4": SyncStatus.TIMEOUT,
+        "eee5": SyncStatus.ALREADY_SYNCED,
+    }
+    by_id = {r.run.run_id: r for r in results}
+    assert by_id["ccc3"].exit_code == 1
+    assert by_id["ddd4"].seconds < 10
+    assert "killed after 2 s" in by_id["ddd4"].detail
+    assert "Error initializing run" in by_id["bbb2"].detail
+    assert format_table(results).splitlines()[-1] == "5 run(s): 2 ok, 3 failed"
+
+    # A second pass skips what is synced now and retries only the rest.
+    monkeypatch.setenv("FAKE_WANDB_bbb2", "marker")
+    monkeypatch.setenv("FAKE_WANDB_ccc3", "marker")
+    monkeypatch.setenv("FAKE_WANDB_ddd4", "marker")
+    result = CliRunner().invoke(wandb_group, ["sync", str(root), "--timeout", "5"])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[:2] for line in result.output.splitlines()[1:-1]] == [
+        ["aaa1", "already_synced"],
+        ["bbb2", "synced"],
+        ["ccc3", "synced"],
+        ["ddd4", "synced"],
+        ["eee5", "already_synced"],
+    ]
+
+
+def test_cli_exits_non_zero_when_a_run_fails(tmp_path, fake_wandb, monkeypatch):
+    root = tmp_path / "wandbdir"
+    _fake_run(root, "fff6")
+    monkeypatch.setenv("FAKE_WANDB_fff6", "nomarker")
+    result = CliRunner().invoke(wandb_group, ["sync", str(root)])
+    assert result.exit_code == 1
+    fields = result.output.splitlines()[1].split()
+    assert (fields[0], fields[1], fields[3]) == ("fff6", "no_marker", "0")
+
+
+def test_dry_run_with_the_real_wandb_binary(wandb_offline, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    settings = WandbSettings.from_env(overrides={"enabled": True})
+    with StageLogger(tmp_path / "stage", stage="train", settings=settings) as log:
+        log.log({"train/step": 1, "train/loss": 0.5})
+    [run] = find_offline_runs(wandb_offline.wandb_dir)
+    assert run.run_id == log.run_id
+    results = sync_runs(wandb_offline.wandb_dir, dry_run=True, timeout_s=60)
+    assert [(r.status, r.exit_code) for r in results] == [(SyncStatus.WOULD_SYNC, 0)]
+    assert "Would sync 1 run(s)" in results[0].detail
+    assert not run.synced
+
+
+def test_missing_directory_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(wandb_group, ["sync", str(tmp_path / "nope")])
+    assert result.exit_code == 1
+    assert f"Error: W&B directory {tmp_path / 'nope'} does not exist" in result.output
