@@ -1,0 +1,339 @@
+"""Every metric name we log, declared once with its unit, denominator and direction.
+
+Code that logs or reads a metric imports the name from here; no key string is spelled elsewhere.
+Two families:
+
+* `rollout/shopsim/*`: our rollout metrics (ARCHITECTURE.md "Metrics", spec section 3). Unless the
+  name starts with `train_`, a metric covers every completed generation of the step: kept, dropped
+  and surplus groups. Units: a *trajectory* is a unique (group_index, rollout_id); a *completed
+  group* is a group whose siblings all finished; *accepted* groups entered the trainer.
+* slime-native names (reference/slime.md section 8) that the local backend logs with slime's step
+  semantics, so every downstream tool works on both backends.
+
+A rate whose denominator is 0 in a step is *absent* from that step's dict (never a made-up 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+SHOPSIM_PREFIX = "rollout/shopsim/"
+DYNAMIC_FILTER_DROP_PREFIX = "rollout/dynamic_filter/drop_"
+
+
+class Direction(StrEnum):
+    """How to read a metric: which way is good, or that it is compared with a target."""
+
+    HIGHER_IS_BETTER = "higher_is_better"
+    LOWER_IS_BETTER = "lower_is_better"
+    MATCH_TARGET = "match_target"  # compare with a configured value (q, rho)
+    INFORMATIONAL = "informational"  # a setting, a count or a step axis
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    unit: str
+    denominator: str  # "-" for values that are not ratios
+    direction: Direction
+    description: str
+
+    def key(self, chunk_id: str | None = None) -> str:
+        """The logged key; templated names (containing `<id>`) need the chunk id."""
+        if "<id>" in self.name:
+            if chunk_id is None:
+                raise ValueError(f"metric {self.name} needs a chunk id")
+            return self.name.replace("<id>", chunk_id)
+        if chunk_id is not None:
+            raise ValueError(f"metric {self.name} takes no chunk id")
+        return self.name
+
+
+REGISTRY: dict[str, MetricSpec] = {}
+
+
+def _declare(name: str, unit: str, denominator: str, direction: Direction, description: str) -> MetricSpec:
+    if name in REGISTRY:
+        raise ValueError(f"metric {name} declared twice")
+    spec = MetricSpec(name, unit, denominator, direction, description)
+    REGISTRY[name] = spec
+    return spec
+
+
+_D = Direction
+_S = SHOPSIM_PREFIX
+
+# ---- rollout/shopsim/*: every completed generation of the step --------------------------------
+Q = _declare(_S + "q", "probability", "-", _D.INFORMATIONAL, "configured skill-free probability of this step")
+REWARD_MEAN = _declare(
+    _S + "reward_mean",
+    "reward in [0, 1]",
+    "scorable trajectories",
+    _D.HIGHER_IS_BETTER,
+    "mean partial-credit reward",
+)
+STRICT_REWARD_MEAN = _declare(
+    _S + "strict_reward_mean",
+    "reward in {0, 1}",
+    "scorable trajectories",
+    _D.HIGHER_IS_BETTER,
+    "mean all-or-nothing reward",
+)
+SUCCESS_RATE = _declare(
+    _S + "success_rate",
+    "fraction",
+    "scorable trajectories",
+    _D.HIGHER_IS_BETTER,
+    "trajectories whose outcome is a success",
+)
+SCORED_RATE = _declare(
+    _S + "scored_rate",
+    "fraction",
+    "completed trajectories",
+    _D.HIGHER_IS_BETTER,
+    "scorable trajectories (no technical error); should be 1",
+)
+SKILL_FREE_GROUP_RATE = _declare(
+    _S + "skill_free_group_rate",
+    "fraction",
+    "completed groups",
+    _D.MATCH_TARGET,
+    "skill-free groups; compare with q",
+)
+CHUNK_TARGET_RHO = _declare(
+    _S + "chunk/<id>/target_rho",
+    "probability",
+    "-",
+    _D.INFORMATIONAL,
+    "configured inclusion probability of the chunk",
+)
+CHUNK_INCLUSION_RATE = _declare(
+    _S + "chunk/<id>/inclusion_rate",
+    "fraction",
+    "assisted + assisted-empty completed groups",
+    _D.MATCH_TARGET,
+    "groups whose mask includes the chunk; compare with target_rho",
+)
+ALL_WRONG_GROUP_RATE = _declare(
+    _S + "all_wrong_group_rate",
+    "fraction",
+    "completed groups",
+    _D.LOWER_IS_BETTER,
+    "groups in which every sibling is scorable and none succeeded",
+)
+ZERO_STD_GROUP_RATE = _declare(
+    _S + "zero_std_group_rate",
+    "fraction",
+    "completed groups",
+    _D.LOWER_IS_BETTER,
+    "occurrence: groups whose scorable sibling rewards are all equal",
+)
+ZERO_STD_GROUP_DROP_RATE = _declare(
+    _S + "zero_std_group_drop_rate",
+    "ratio",
+    "accepted groups",
+    _D.INFORMATIONAL,
+    "zero-std groups really dropped by the dynamic filter",
+)
+TECHNICAL_GROUP_DROP_COUNT = _declare(
+    _S + "technical_group_drop_count",
+    "groups",
+    "-",
+    _D.LOWER_IS_BETTER,
+    "groups dropped for a technical failure; should be 0",
+)
+TECHNICAL_GROUP_DROP_RATE = _declare(
+    _S + "technical_group_drop_rate",
+    "ratio",
+    "accepted groups",
+    _D.LOWER_IS_BETTER,
+    "groups dropped for a technical failure",
+)
+RUNTIME_ERROR_GROUP_RATE = _declare(
+    _S + "runtime_error_group_rate",
+    "fraction",
+    "completed groups",
+    _D.LOWER_IS_BETTER,
+    "groups with a triaged technical error in training or diagnostic retry",
+)
+FULL_SKILL_RETRY_SUCCESS_RATE = _declare(
+    _S + "full_skill_retry_success_rate",
+    "fraction",
+    "scorable diagnostic retries finished since the last log",
+    _D.INFORMATIONAL,
+    "all-wrong tasks solved when every active chunk is included",
+)
+PENDING_ANALYSIS_RATE = _declare(
+    _S + "pending_analysis_rate",
+    "fraction",
+    "triaged all-wrong groups of this round",
+    _D.LOWER_IS_BETTER,
+    "triaged all-wrong groups without a failure card yet",
+)
+COMPLETED_GROUP_COUNT = _declare(
+    _S + "completed_group_count",
+    "groups",
+    "-",
+    _D.INFORMATIONAL,
+    "completed groups of the step (denominator of the group rates)",
+)
+ASSISTED_GROUP_COUNT = _declare(
+    _S + "assisted_group_count",
+    "groups",
+    "-",
+    _D.INFORMATIONAL,
+    "assisted + assisted-empty completed groups (inclusion denominator)",
+)
+SOURCE_ALL_SAMPLES = _declare(
+    _S + "source_all_samples",
+    "flag 0/1",
+    "-",
+    _D.INFORMATIONAL,
+    "1: computed over every completed group (all-samples hook ran); "
+    "0: fallback to the trainer's accepted samples only",
+)
+
+# ---- rollout/shopsim/train_*: accepted groups only ----------------------------------------------
+TRAIN_REWARD_MEAN = _declare(
+    _S + "train_reward_mean",
+    "reward in [0, 1]",
+    "scorable trajectories of accepted groups",
+    _D.HIGHER_IS_BETTER,
+    "mean reward of what GRPO trained on",
+)
+TRAIN_STRICT_REWARD_MEAN = _declare(
+    _S + "train_strict_reward_mean",
+    "reward in {0, 1}",
+    "scorable trajectories of accepted groups",
+    _D.HIGHER_IS_BETTER,
+    "mean strict reward of what GRPO trained on",
+)
+TRAIN_SUCCESS_RATE = _declare(
+    _S + "train_success_rate",
+    "fraction",
+    "scorable trajectories of accepted groups",
+    _D.HIGHER_IS_BETTER,
+    "success rate of what GRPO trained on",
+)
+TRAIN_GROUP_COUNT = _declare(
+    _S + "train_group_count", "groups", "-", _D.INFORMATIONAL, "accepted groups (entered the trainer)"
+)
+
+# ---- slime-native names (reference/slime.md section 8) -------------------------------------------
+ROLLOUT_STEP = _declare("rollout/step", "step", "-", _D.INFORMATIONAL, "x-axis of rollout/*, perf/*")
+ROLLOUT_RAW_REWARD = _declare(
+    "rollout/raw_reward",
+    "reward",
+    "samples of the batch",
+    _D.HIGHER_IS_BETTER,
+    "mean raw reward of the trained batch (per sample, as slime)",
+)
+ROLLOUT_RESPONSE_LEN_MEAN = _declare(
+    "rollout/response_len/mean",
+    "tokens",
+    "samples",
+    _D.INFORMATIONAL,
+    "mean effective (loss-masked) response length",
+)
+ROLLOUT_RESPONSE_LEN_MEDIAN = _declare(
+    "rollout/response_len/median", "tokens", "samples", _D.INFORMATIONAL, "median effective response length"
+)
+ROLLOUT_RESPONSE_LEN_MAX = _declare(
+    "rollout/response_len/max", "tokens", "-", _D.INFORMATIONAL, "longest effective response length"
+)
+ROLLOUT_RESPONSE_LEN_MIN = _declare(
+    "rollout/response_len/min", "tokens", "-", _D.INFORMATIONAL, "shortest effective response length"
+)
+ROLLOUT_TRUNCATED_RATIO = _declare(
+    "rollout/truncated_ratio", "fraction", "samples", _D.LOWER_IS_BETTER, "samples with status TRUNCATED"
+)
+TRAIN_STEP = _declare(
+    "train/step", "step", "-", _D.INFORMATIONAL, "x-axis of train/*: rollout_id * steps_per_rollout + step_id"
+)
+TRAIN_LOSS = _declare("train/loss", "loss", "rollouts of the step", _D.LOWER_IS_BETTER, "total loss")
+TRAIN_PG_LOSS = _declare(
+    "train/pg_loss", "loss", "rollouts of the step", _D.INFORMATIONAL, "policy-gradient loss"
+)
+TRAIN_PG_CLIPFRAC = _declare(
+    "train/pg_clipfrac", "fraction", "loss-masked tokens", _D.INFORMATIONAL, "tokens whose ratio was clipped"
+)
+TRAIN_PPO_KL = _declare(
+    "train/ppo_kl", "nats", "loss-masked tokens", _D.INFORMATIONAL, "KL between the old and current policy"
+)
+TRAIN_ENTROPY_LOSS = _declare(
+    "train/entropy_loss", "nats", "loss-masked tokens", _D.INFORMATIONAL, "policy entropy"
+)
+TRAIN_GRAD_NORM = _declare(
+    "train/grad_norm", "L2 norm", "-", _D.INFORMATIONAL, "gradient norm before clipping"
+)
+TRAIN_ROLLOUT_LOGPROB_ABS_DIFF = _declare(
+    "train/train_rollout_logprob_abs_diff",
+    "nats",
+    "loss-masked tokens",
+    _D.LOWER_IS_BETTER,
+    "mean absolute difference of training and rollout log-probs",
+)
+PERF_ACTOR_TRAIN_TOK_PER_S = _declare(
+    "perf/actor_train_tok_per_s",
+    "tokens/s",
+    "-",
+    _D.HIGHER_IS_BETTER,
+    "tokens of the rollout batch / actor train time",
+)
+PERF_ROLLOUT_TIME = _declare(
+    "perf/rollout_time", "s", "-", _D.LOWER_IS_BETTER, "generation start to rollout logging"
+)
+DYNAMIC_FILTER_DROP = _declare(
+    DYNAMIC_FILTER_DROP_PREFIX + "<reason>",
+    "groups",
+    "-",
+    _D.INFORMATIONAL,
+    "groups really dropped by the dynamic filter, per reason (slime's counter)",
+)
+
+# ---- analysis/* (spec section 4), read by `shopsimrl monitor check` ------------------------------
+ANALYSIS_ELIGIBLE_CARDS = _declare(
+    "analysis/eligible_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that yield a proposal"
+)
+ANALYSIS_CANDIDATES = _declare(
+    "analysis/candidates",
+    "interventions",
+    "-",
+    _D.INFORMATIONAL,
+    "candidate interventions compiled by the Failure Analyst",
+)
+
+
+def chunk_target_rho_key(chunk_id: str) -> str:
+    return CHUNK_TARGET_RHO.key(chunk_id)
+
+
+def chunk_inclusion_rate_key(chunk_id: str) -> str:
+    return CHUNK_INCLUSION_RATE.key(chunk_id)
+
+
+def dynamic_filter_drop_key(reason: str) -> str:
+    """slime's key for a drop counter: `rollout/dynamic_filter/drop_<reason>`."""
+    if not reason:
+        raise ValueError("a drop reason must be a non-empty string")
+    return DYNAMIC_FILTER_DROP_PREFIX + reason
+
+
+def shopsim_specs() -> list[MetricSpec]:
+    """The `rollout/shopsim/*` declarations, in declaration order."""
+    return [spec for spec in REGISTRY.values() if spec.name.startswith(SHOPSIM_PREFIX)]
+
+
+def spec_for_key(key: str) -> MetricSpec | None:
+    """The declaration behind a logged key (templated chunk keys and drop counters included)."""
+    if key in REGISTRY:
+        return REGISTRY[key]
+    if key.startswith(DYNAMIC_FILTER_DROP_PREFIX):
+        return DYNAMIC_FILTER_DROP
+    chunk_prefix = _S + "chunk/"
+    if key.startswith(chunk_prefix):
+        for suffix, spec in (("/target_rho", CHUNK_TARGET_RHO), ("/inclusion_rate", CHUNK_INCLUSION_RATE)):
+            if key.endswith(suffix) and len(key) > len(chunk_prefix) + len(suffix):
+                return spec
+    return None

@@ -1,0 +1,56 @@
+"""Versioned audit records of a training stage: group traces, triage, retry queue and results."""
+
+from shopsimrl.records.journal import (
+    RETRY_QUEUE_FILE,
+    RETRY_RESULTS_FILE,
+    TRIAGE_FILE,
+    RecordsRead,
+    ValidationSplitLeakError,
+    append_retry_request,
+    append_retry_result,
+    append_triage,
+    read_records,
+    read_retry_requests,
+    read_retry_results,
+    read_triage,
+)
+from shopsimrl.records.schemas import (
+    SCHEMA_VERSION,
+    GroupTrace,
+    OutcomeRecord,
+    RetryRequest,
+    RetryResult,
+    SegmentTrace,
+    TrajectoryTrace,
+    TriageReason,
+    TriageRecord,
+)
+from shopsimrl.records.traces import build_group_trace, read_group_trace, trace_path, write_group_trace
+
+__all__ = [
+    "RETRY_QUEUE_FILE",
+    "RETRY_RESULTS_FILE",
+    "SCHEMA_VERSION",
+    "TRIAGE_FILE",
+    "GroupTrace",
+    "OutcomeRecord",
+    "RecordsRead",
+    "RetryRequest",
+    "RetryResult",
+    "SegmentTrace",
+    "TrajectoryTrace",
+    "TriageReason",
+    "TriageRecord",
+    "ValidationSplitLeakError",
+    "append_retry_request",
+    "append_retry_result",
+    "append_triage",
+    "build_group_trace",
+    "read_group_trace",
+    "read_records",
+    "read_retry_requests",
+    "read_retry_results",
+    "read_triage",
+    "trace_path",
+    "write_group_trace",
+]

@@ -1,0 +1,332 @@
+"""slime hooks for monitoring: the all-samples hook and the rollout-log hook (names fixed by the spec).
+
+    --rollout-all-samples-process-path   shopsimrl.slime_metrics.record_generated_rollout_groups
+    --custom-rollout-log-function-path   shopsimrl.slime_metrics.enrich_rollout_metrics
+
+Both run in slime's RolloutManager process, the all-samples hook first (reference/slime.md 4.3/8.2).
+The all-samples hook sees every completed group (kept, filter-dropped, surplus) but has no return
+channel and no rollout id; the log hook knows the rollout id and the accepted batch. So the first
+writes traces, triage and retry requests and leaves group summaries in a per-process stash, and the
+second computes every `rollout/shopsim/*` metric and merges it into slime's `rollout_extra_metrics`
+in place, returning False so slime logs once. It never calls `wandb.log`; with USE_WANDB=0 slime's
+dict is filled all the same. Design notes: docs/metrics.md and docs/dynamic_sampling_filter.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.config.options import ShopSimOptions, options_from_args
+from shopsimrl.metrics.compute import RetryOutcome, RolloutMetricsInput, TriageCounts, compute_shopsim_metrics
+from shopsimrl.metrics.groups import (
+    GroupSummary,
+    flatten_group,
+    group_samples_by_index,
+    parse_metas,
+    summarize_group,
+)
+from shopsimrl.metrics.names import DYNAMIC_FILTER_DROP_PREFIX
+from shopsimrl.records import (
+    GroupTrace,
+    RetryRequest,
+    TriageReason,
+    TriageRecord,
+    append_retry_request,
+    append_triage,
+    build_group_trace,
+    read_retry_results,
+    read_triage,
+    write_group_trace,
+)
+from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR, advance_rollout_step, rollout_step
+from shopsimrl.rollout.filters import REASON_TECHNICAL, ZERO_STD_REASON_PREFIX
+from shopsimrl.storage import append_jsonl, read_jsonl
+
+logger = logging.getLogger(__name__)
+
+RETRIES_MODULE = "shopsimrl.rollout.retries"
+UNMERGED_METRICS_FILE = "unmerged_rollout_metrics.jsonl"
+FAILURE_CARDS_PATH = Path("..") / "analysis" / "failure_cards.jsonl"  # relative to the stage run_dir
+
+
+@dataclass
+class _StepStash:
+    rollout_step: int
+    groups: list[GroupSummary]
+    group_indices: frozenset[int]
+
+
+@dataclass
+class _ProcessState:
+    """What the all-samples hook leaves for the log hook; one per RolloutManager process.
+
+    slime gives the all-samples hook no return channel (reference/slime.md 8.5), and both hooks run
+    in the same process, one after the other, so module-level state is the only channel there is.
+    """
+
+    run_dir: str | None = None
+    pending: _StepStash | None = None
+    all_wrong_triage: list[tuple[str, str]] | None = None  # (triage_id, group_key) of this round
+    retry_results_seen: int | None = None
+
+
+_STATE = _ProcessState()
+
+
+def reset_process_state() -> None:
+    """Forget the stash and counters (a new run in the same process: tests, the local backend)."""
+    global _STATE
+    _STATE = _ProcessState()
+
+
+def _state_for(options: ShopSimOptions) -> _ProcessState:
+    if _STATE.run_dir != options.run_dir:
+        reset_process_state()
+        _STATE.run_dir = options.run_dir
+    return _STATE
+
+
+def _load_all_wrong_triage(state: _ProcessState, run_dir: str) -> list[tuple[str, str]]:
+    if state.all_wrong_triage is None:
+        read = read_triage(run_dir)
+        for problem in read.problems:
+            logger.warning("triage journal: %s", problem)
+        state.all_wrong_triage = [
+            (r.triage_id, r.group_key) for r in read.records if TriageReason.ALL_WRONG in r.reasons
+        ]
+    return state.all_wrong_triage
+
+
+def _triage_record(summary: GroupSummary, trace_model: GroupTrace, trace: str) -> TriageRecord:
+    step = trace_model.rollout_step
+    reasons = [TriageReason.ALL_WRONG] if summary.all_wrong else []
+    if summary.has_technical_error:
+        reasons.append(TriageReason.TECHNICAL)
+    gold = next((t.gold_audit for t in trace_model.trajectories if t.gold_audit is not None), None)
+    return TriageRecord(
+        triage_id=f"{step}-{summary.group_index}",
+        rollout_step=step,
+        group_index=summary.group_index,
+        group_key=summary.group_key,
+        task_id=summary.task_id,
+        split="train",
+        arm=summary.arm.value,
+        mask=list(summary.mask),
+        reasons=reasons,
+        outcomes=[t.outcome for t in trace_model.trajectories],
+        rollout_ids=[t.rollout_id for t in trace_model.trajectories],
+        technical_errors=[t.technical_error for t in summary.trajectories if t.technical_error is not None],
+        gold_audit=gold,
+        trace_path=trace,
+    )
+
+
+def _schedule_retries(args: Any) -> None:
+    try:
+        retries = importlib.import_module(RETRIES_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != RETRIES_MODULE:
+            raise
+        raise RuntimeError(
+            f"full_skill_retry is on but {RETRIES_MODULE} cannot be imported; the retry requests are "
+            "queued in retry_queue.jsonl. Install the full package or set shopsim.full_skill_retry: false"
+        ) from exc
+    retries.schedule_pending(args)
+
+
+def record_generated_rollout_groups(args: Any, all_groups: list[Any], data_source: Any) -> None:
+    """slime all-samples hook: traces, triage and full-skill retry requests for every completed group.
+
+    `data_source` is slime's bound `get_samples` method in the default rollout; it is not used.
+    """
+    options = options_from_args(args)
+    state = _state_for(options)
+    # slime does not tell this hook the rollout id. The curriculum's step counter on `args` (set by
+    # the local driver, started from `start_rollout_id` under slime) numbers it; this hook moves it
+    # on, and the log hook, which knows the real rollout id, corrects it.
+    step = rollout_step(args)
+    all_wrong = _load_all_wrong_triage(state, options.run_dir)
+    if state.retry_results_seen is None:
+        # Results already on disk were reported by an earlier process of this run.
+        state.retry_results_seen = len(read_retry_results(options.run_dir).records)
+
+    summaries: list[GroupSummary] = []
+    queued = 0
+    for group in all_groups:
+        leaves = flatten_group(group)
+        metas = parse_metas(leaves)
+        summary = summarize_group(leaves, metas)
+        trace = build_group_trace(summary, leaves, step, options.reward_key, metas)
+        path = write_group_trace(options.run_dir, trace)
+        if not summary.completed:
+            continue  # aborted work is excluded from every metric
+        if summary.is_retry:
+            continue  # diagnostic: counted through retry results, never as a training group
+        summaries.append(summary)
+        if summary.split != "train" or not (summary.all_wrong or summary.has_technical_error):
+            continue
+        record = _triage_record(summary, trace, str(path.relative_to(options.run_dir)))
+        append_triage(options.run_dir, record)
+        if summary.all_wrong:
+            all_wrong.append((record.triage_id, record.group_key))
+            if options.full_skill_retry and summary.rho:
+                append_retry_request(
+                    options.run_dir,
+                    RetryRequest(
+                        request_id=f"{step}-{summary.group_index}-full_skill",
+                        task_id=summary.task_id,
+                        group_key=summary.group_key,
+                        source_group_index=summary.group_index,
+                        rollout_step=step,
+                        chunk_ids=list(summary.rho),
+                    ),
+                )
+                queued += 1
+    state.pending = _StepStash(step, summaries, frozenset(s.group_index for s in summaries))
+    advance_rollout_step(args)
+    if queued:
+        _schedule_retries(args)
+
+
+def _drop_counts(rollout_extra_metrics: dict[str, Any] | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key, value in (rollout_extra_metrics or {}).items():
+        if key.startswith(DYNAMIC_FILTER_DROP_PREFIX):
+            counts[key[len(DYNAMIC_FILTER_DROP_PREFIX) :]] = int(value)
+    return counts
+
+
+def _new_retry_outcomes(state: _ProcessState, run_dir: str) -> list[RetryOutcome]:
+    read = read_retry_results(run_dir)
+    for problem in read.problems:
+        logger.warning("retry results: %s", problem)
+    seen = state.retry_results_seen or 0
+    fresh = read.records[seen:]
+    state.retry_results_seen = len(read.records)
+    return [
+        RetryOutcome(
+            source_group_index=r.source_group_index,
+            scorable=r.outcome.scorable and r.technical_error is None,
+            success=r.outcome.success,
+            technical_error=r.technical_error is not None or r.outcome.technical_error is not None,
+        )
+        for r in fresh
+    ]
+
+
+def _triage_counts(state: _ProcessState, run_dir: str) -> TriageCounts:
+    all_wrong = _load_all_wrong_triage(state, run_dir)
+    cards_path = Path(run_dir) / FAILURE_CARDS_PATH
+    card_ids: set[str] = set()
+    card_keys: set[str] = set()
+    if cards_path.exists():
+        cards = read_jsonl(cards_path, strict_middle=False)
+        for problem in cards.problems:
+            logger.warning("failure cards: %s", problem)
+        for card in cards.records:
+            if isinstance(card, dict):
+                if isinstance(card.get("triage_id"), str):
+                    card_ids.add(card["triage_id"])
+                if isinstance(card.get("group_key"), str):
+                    card_keys.add(card["group_key"])
+    covered = sum(1 for triage_id, key in all_wrong if triage_id in card_ids or key in card_keys)
+    return TriageCounts(all_wrong_groups=len(all_wrong), with_failure_card=covered)
+
+
+def _take_stash(state: _ProcessState, rollout_id: int, accepted: frozenset[int]) -> _StepStash | None:
+    stash, state.pending = state.pending, None
+    if stash is None:
+        return None
+    if not accepted <= stash.group_indices:
+        logger.warning(
+            "rollout %s: the all-samples stash (step %s) does not contain the accepted groups; "
+            "falling back to the trainer's samples",
+            rollout_id,
+            stash.rollout_step,
+        )
+        return None
+    return stash
+
+
+def _rename_step_dir(run_dir: str, stashed_step: int, rollout_id: int) -> None:
+    source = Path(run_dir) / "traces" / f"step-{stashed_step}"
+    target = Path(run_dir) / "traces" / f"step-{rollout_id}"
+    if not source.exists():
+        return
+    if target.exists():  # e.g. left by a crashed attempt at this step: keep both, say where they are
+        logger.warning("traces of rollout %s stay in %s because %s exists", rollout_id, source, target)
+        return
+    logger.warning("traces of rollout %s were numbered step %s; renamed to %s", rollout_id, stashed_step, target)
+    source.rename(target)
+
+
+def enrich_rollout_metrics(
+    rollout_id: int,
+    args: Any,
+    samples: list[Any],
+    rollout_extra_metrics: dict[str, Any] | None,
+    rollout_time: float,
+) -> bool:
+    """slime rollout-log hook: merge every `rollout/shopsim/*` metric in place; returns False.
+
+    When `rollout_extra_metrics` is None (a custom rollout function returned no metrics dict) there
+    is nothing to merge into: the metrics go to `<run_dir>/unmerged_rollout_metrics.jsonl` with a
+    warning, and slime logs its own metrics as usual.
+    """
+    options = options_from_args(args)
+    state = _state_for(options)
+    accepted = frozenset(s.group_index for s in samples)
+    stash = _take_stash(state, rollout_id, accepted)
+    if stash is not None:
+        groups = stash.groups
+        if stash.rollout_step != rollout_id:
+            _rename_step_dir(options.run_dir, stash.rollout_step, rollout_id)
+    else:
+        groups = [summarize_group(g) for g in group_samples_by_index(samples)]
+    setattr(args, ROLLOUT_STEP_ATTR, rollout_id + 1)  # the next rollout's groups are step rollout_id + 1
+
+    rho: dict[str, float] = {}
+    for group in groups:
+        rho.update(group.rho)
+    if not groups:
+        rho = {chunk: options.rho_for(chunk) for chunk in options.rho}
+    metrics = compute_shopsim_metrics(
+        RolloutMetricsInput(
+            completed_groups=groups,
+            accepted_group_indices=accepted,
+            drop_counts=_drop_counts(rollout_extra_metrics),
+            q=options.q.at(rollout_id),
+            rho=rho,
+            reward_key=options.reward_key,
+            retry_outcomes=_new_retry_outcomes(state, options.run_dir),
+            triage=_triage_counts(state, options.run_dir),
+            source_all_samples=stash is not None,
+            technical_reason=REASON_TECHNICAL,
+            zero_std_reason_prefix=ZERO_STD_REASON_PREFIX,
+        )
+    )
+    if rollout_extra_metrics is None:
+        logger.warning(
+            "rollout %s: rollout_extra_metrics is None, ShopSim metrics cannot join slime's log; "
+            "written to %s",
+            rollout_id,
+            UNMERGED_METRICS_FILE,
+        )
+        append_jsonl(
+            Path(options.run_dir) / UNMERGED_METRICS_FILE,
+            {"schema_version": 1, "rollout_id": rollout_id, "metrics": metrics},
+        )
+        return False
+    rollout_extra_metrics.update(metrics)
+    return False
+
+
+__all__ = [
+    "enrich_rollout_metrics",
+    "record_generated_rollout_groups",
+    "reset_process_state",
+]
