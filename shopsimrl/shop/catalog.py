@@ -170,6 +170,20 @@ class Catalog:
             out[name] = [v for i, v in enumerate(values) if mask >> i & 1]
         return out
 
+    def option_names(self, index: int) -> list[str]:
+        """The keys of `options_of(index)`, in order, without building the value lists."""
+        return [name for name, _ in CATEGORIES[self._a_category[index]].options]
+
+    def offers_option_value(self, index: int, option: str, value: str) -> bool:
+        """`value in options_of(index).get(option, [])`, read off the option bit masks."""
+        spec = CATEGORIES[self._a_category[index]]
+        for d, (name, values) in enumerate(spec.options):
+            if name == option:
+                if value not in values:
+                    return False
+                return bool(self._a_masks[index * self._n_option_slots + d] >> values.index(value) & 1)
+        return False
+
     def price(self, index: int) -> float:
         return self._a_price[index] / 100.0
 

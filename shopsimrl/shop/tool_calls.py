@@ -52,11 +52,21 @@ def _strip_end_tokens(text: str) -> str:
     return text
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
 def _parse_json_body(body: str) -> ToolCall | ParseFailure:
+    # body is stripped, so a complete decode from 0 to the end is what json.loads accepts; any
+    # other case goes through json.loads for its exact error message.
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return ParseFailure(f"tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+        obj, end = _RAW_DECODE(body)
+    except json.JSONDecodeError:
+        end = -1
+    if end != len(body):
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as e:
+            return ParseFailure(f"tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
     if not isinstance(obj, dict):
         return ParseFailure(f"tool call JSON must be an object, got {type(obj).__name__}")
     if "name" not in obj:

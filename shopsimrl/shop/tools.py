@@ -136,11 +136,11 @@ class ShopTools:
             value: One of the values the product page lists for that option, e.g. "9".
         """
         index = self._viewed(product_id)
-        offered = self.catalog.options_of(index)
-        if option not in offered:
-            names = ", ".join(offered) or "none"
-            raise ToolError(f"product {product_id} has no option {option!r}; its options: {names}")
-        if value not in offered[option]:
+        if not self.catalog.offers_option_value(index, option, value):
+            offered = self.catalog.options_of(index)  # built only for the error message
+            if option not in offered:
+                names = ", ".join(offered) or "none"
+                raise ToolError(f"product {product_id} has no option {option!r}; its options: {names}")
             raise ToolError(
                 f"{option} {value!r} is not offered for {product_id}; offered: {', '.join(offered[option])}"
             )
@@ -160,7 +160,7 @@ class ShopTools:
         """
         index = self._viewed(product_id)
         selected = self.state.selections[index]
-        order = self.catalog.options_of(index)
+        order = self.catalog.option_names(index)
         line = CartLine(index, tuple((name, selected[name]) for name in order if name in selected))
         self.state.cart.append(line)
         # {"added": line, "cart_lines": n[, "note": ...]}

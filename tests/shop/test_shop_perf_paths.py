@@ -145,3 +145,26 @@ def test_observations_are_canonical_json_and_schema_flags_match_offered_tools(ca
             done = terminated or truncated
             steps += 1
     assert steps > 150
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['\ufeff{"name": "a", "arguments": {}}', '{"name": "a", "arguments": {}} {}', '{"name": "a",', "nul"],
+)
+def test_json_body_errors_are_json_loads_own_messages(body):
+    with pytest.raises(json.JSONDecodeError) as caught:
+        json.loads(body)
+    e = caught.value
+    got = parse_tool_call(f"<tool_call>\n{body}\n</tool_call>")
+    assert got.message == f"tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+
+
+def test_option_checks_agree_with_options_of(catalog):
+    for i in range(0, catalog.num_products, 7):
+        offered = catalog.options_of(i)
+        assert catalog.option_names(i) == list(offered)
+        spec = catalog.category_of(i)
+        for name, values in spec.options:
+            for value in (*values, "nonexistent"):
+                assert catalog.offers_option_value(i, name, value) == (value in offered[name])
+        assert catalog.offers_option_value(i, "no-such-option", "9") is False
