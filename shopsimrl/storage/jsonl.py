@@ -57,8 +57,7 @@ class JsonlReadResult:
 
 def iter_jsonl_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            yield number, line
+        yield from enumerate(handle, start=1)
 
 
 def read_jsonl(path: str | os.PathLike[str], *, strict_middle: bool = True) -> JsonlReadResult:

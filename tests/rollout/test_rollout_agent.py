@@ -21,11 +21,11 @@ from shopsimrl.rollout.trajectory import StopReason, TrajectoryStatus
 from shopsimrl.shop import (
     ExpertPolicy,
     ShopEnv,
+    ToolCallFormat,
     continuation_after_assistant,
     format_tool_call,
     generate_catalog,
     load_split,
-    ToolCallFormat,
     render_chat,
 )
 
