@@ -1,0 +1,156 @@
+"""`shopsimrl train demo|run|smoke`: the local CPU backend from the command line (thin layer over run.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from shopsimrl.errors import ConfigError
+
+DEFAULT_DEMO_CONFIG = Path("configs/local/demo.yaml")
+DEFAULT_SMOKE_CONFIG = Path("configs/local/smoke.yaml")
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. model.name=tiny)", param_hint="--set")
+        overrides[key] = yaml.safe_load(raw)
+    return overrides
+
+
+def _load(config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None = None) -> Any:
+    from shopsimrl.local.config import load_run_config
+
+    try:
+        return load_run_config(config_path, {**(extra or {}), **_parse_sets(sets)})
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except FileNotFoundError:
+        raise click.ClickException(f"config file not found: {config_path}") from None
+
+
+def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:
+    from shopsimrl.local.progress import ProgressPrinter
+    from shopsimrl.local.run import run_training
+    from shopsimrl.models.smollm2 import ModelUnavailableError
+
+    printer = ProgressPrinter(config, enabled=progress)
+    try:
+        return run_training(config, settings=settings, echo=click.echo, on_event=printer.on_event)
+    except (ConfigError, ModelUnavailableError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        printer.close()
+
+
+def _utc_suffix() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable)."
+)
+
+
+@click.group("train")
+def train() -> None:
+    """Train on the local CPU backend (slime's rollout loop and GRPO in one process).
+
+    Example: shopsimrl train smoke --config configs/local/smoke.yaml --set model.name=tiny
+    """
+
+
+@train.command("demo")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_DEMO_CONFIG, show_default=True
+)
+@set_option
+def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
+    """One round on the demo model: warm start, a few GRPO steps, W&B offline, then a summary.
+
+    W&B logs offline into ./wandb unless USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise.
+
+    Example: shopsimrl train demo
+    """
+    from shopsimrl.local.summary import demo_summary
+    from shopsimrl.tracking import WandbSettings
+
+    config = _load(config_path, sets)
+    env = dict(os.environ)
+    env.setdefault("USE_WANDB", "1")
+    env.setdefault("WANDB_MODE", "offline")
+    try:
+        settings = WandbSettings.from_env(env)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    result = _run(config, settings=settings)
+    click.echo(demo_summary(result))
+
+
+@train.command("run")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), required=True)
+@set_option
+@click.option("--no-progress", is_flag=True, help="No progress bars (logs only).")
+def run_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -> None:
+    """Run the round a config describes; W&B settings come from USE_WANDB/WANDB_* (docs/wandb.md).
+
+    Example: shopsimrl train run --config configs/local/train.yaml --set driver.num_rollout=5
+    """
+    from shopsimrl.local.summary import demo_summary
+
+    result = _run(_load(config_path, sets), progress=not no_progress)
+    click.echo(demo_summary(result))
+
+
+@train.command("smoke")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_SMOKE_CONFIG,
+    show_default=True,
+)
+@set_option
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -> None:
+    """Minimal round with an acceptance report: <run_dir>/smoke_report.json; exit 1 if a required check fails.
+
+    Each smoke gets its own run directory (a UTC timestamp is appended to run.group).
+
+    Example: shopsimrl train smoke --config configs/local/smoke.yaml
+    """
+    from shopsimrl.local.run import RunResult
+    from shopsimrl.ops.smoke import Status, evaluate_smoke, write_smoke_report
+    from shopsimrl.rollout.skillbank import load_skillbank
+
+    base = _load(config_path, sets)
+    if base.run.mode.value != "smoke":
+        raise click.ClickException(
+            f"{config_path}: run.mode is {base.run.mode.value!r}; a smoke config needs run.mode: smoke"
+        )
+    config = _load(config_path, sets, {"run.group": f"{base.run.group}-{_utc_suffix()}"})
+    result: RunResult = _run(config, progress=not no_progress)
+    chunks = load_skillbank(config.shopsim.skillbank).active_ids if config.shopsim.skillbank else []
+    report = evaluate_smoke(
+        result.stage_dir,
+        result.summary_line,
+        active_chunks=chunks,
+        in_group_reward_difference=any(r.in_group_reward_difference for r in result.reports),
+    )
+    path = write_smoke_report(report, result.stage_dir)
+    for criterion in report.criteria:
+        marker = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN"}[criterion.status]
+        click.echo(f"{marker:4}  {criterion.name}: {criterion.evidence}")
+    click.echo(f"smoke report: {path}")
+    click.echo(json.dumps({"passed": report.passed}))
+    if not report.passed:
+        raise SystemExit(1)

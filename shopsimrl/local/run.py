@@ -1,0 +1,171 @@
+"""One local training round end to end: model, environment, logger, failure record, warm start, driver.
+
+    result = run_training(load_run_config("configs/local/smoke.yaml"))
+
+The start-up summary line (printed and stored in the result) is the first thing an operator checks:
+    shopsimrl local: mode=smoke dtype=float32 model=tiny groups=1 samples_per_group=4 rollouts=1
+    steps_per_rollout=1 total_batches=1 devices=cpu:1 run_dir=runs/local-smoke/train
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shopsimrl.local.config import ModelName, RunConfig
+from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
+from shopsimrl.local.warm_start import WarmStartResult, warm_start
+from shopsimrl.ops.failure_record import failure_recording
+from shopsimrl.rollout.generators import LocalHFGenerator
+from shopsimrl.shop import generate_catalog, load_split
+from shopsimrl.slime_metrics import reset_process_state
+from shopsimrl.tracking import StageLogger, WandbSettings
+
+RUN_MANIFEST = "local_run.json"
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    summary_line: str
+    stage_dir: Path
+    reports: list[RolloutReport] = field(default_factory=list)
+    warm_start: WarmStartResult | None = None
+    wandb_run_file: Path | None = None
+    run_id: str | None = None
+    model_load_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+
+
+def load_model(config: RunConfig) -> tuple[Any, Any, float]:
+    start = time.perf_counter()
+    if config.model.name is ModelName.TINY:
+        from shopsimrl.models import tiny_model, tiny_tokenizer
+
+        tokenizer = tiny_tokenizer()
+        model = tiny_model(tokenizer, seed=config.model.seed)
+    else:
+        from shopsimrl.models.smollm2 import load_smollm2
+
+        loaded = load_smollm2(Path(config.model.cache_dir))
+        model, tokenizer = loaded.model, loaded.tokenizer
+    torch.manual_seed(config.model.seed)
+    if config.model.trainable_top_layers is not None:
+        freeze_below(model, config.model.trainable_top_layers)
+    return model, tokenizer, time.perf_counter() - start
+
+
+def freeze_below(model: Any, top_layers: int) -> int:
+    """Leave only the top `top_layers` decoder layers and the final norm trainable; returns their count.
+
+    With tied embeddings the output layer is frozen with the input embeddings. Gradients then stop
+    at the lowest trainable layer, so backward costs a fraction of the full model's.
+    """
+    decoder = getattr(model, model.base_model_prefix)
+    layers = decoder.layers
+    if top_layers > len(layers):
+        raise ValueError(f"model.trainable_top_layers={top_layers} but the model has {len(layers)} layers")
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    trainable = [*layers[len(layers) - top_layers :], decoder.norm]
+    for module in trainable:
+        for parameter in module.parameters():
+            parameter.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def summary_line(config: RunConfig, model: Any) -> str:
+    d = config.driver
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    devices = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu:1"
+    return (
+        f"shopsimrl local: mode={config.run.mode.value} dtype={dtype} model={config.model.name.value} "
+        f"groups={d.rollout_batch_size} samples_per_group={d.n_samples_per_prompt} rollouts={d.num_rollout} "
+        f"steps_per_rollout={d.num_steps_per_rollout} total_batches={d.num_rollout * d.num_steps_per_rollout} "
+        f"devices={devices} run_dir={config.stage_dir}"
+    )
+
+
+def run_training(
+    config: RunConfig,
+    *,
+    settings: WandbSettings | None = None,
+    echo: Callable[[str], None] = print,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises."""
+    started = time.perf_counter()
+    settings = settings or WandbSettings.from_env()
+    stage_dir = config.stage_dir
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    config_dict = config.model_dump(mode="json")
+    logger_box: dict[str, StageLogger] = {}
+
+    def run_id() -> str | None:
+        logger = logger_box.get("logger")
+        return logger.run_id if logger is not None and logger.run_id else f"local-{config.run.group}"
+
+    with failure_recording(stage_dir, run_id=run_id, config=config_dict):
+        reset_process_state()  # the hooks' per-process stash belongs to the previous run, if any
+        model, tokenizer, load_seconds = load_model(config)
+        line = summary_line(config, model)
+        echo(line)
+        result = RunResult(
+            config=config, summary_line=line, stage_dir=stage_dir, model_load_seconds=load_seconds
+        )
+        catalog = generate_catalog(
+            seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
+        )
+        tasks = load_split(catalog, config.shopsim.split)
+        generator = LocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
+        if config.warm_start.enabled:
+            args = build_args(
+                config, use_wandb=False, generator=generator, tokenizer=tokenizer, catalog=catalog
+            )
+            result.warm_start = warm_start(
+                model,
+                tokenizer,
+                generator,
+                catalog,
+                tasks,
+                config.shopsim,
+                config.warm_start,
+                base_sampling_params(args),
+                seed=config.model.seed,
+                on_step=None
+                if on_event is None
+                else (
+                    lambda s, loss, probe: on_event(
+                        "warm_start_step", {"step": s, "loss": loss, "probe": probe}
+                    )
+                ),
+            )
+        with StageLogger(
+            stage_dir,
+            stage="train",
+            settings=settings,
+            config=config_dict,
+            tags=[f"mode:{config.run.mode.value}", "backend:local"],
+        ) as logger:
+            logger_box["logger"] = logger
+            driver = LocalDriver(
+                config,
+                model=model,
+                tokenizer=tokenizer,
+                generator=generator,
+                catalog=catalog,
+                tasks=tasks,
+                sink=logger,
+                use_wandb=logger.wandb_enabled,
+                on_event=on_event,
+            )
+            result.reports = driver.run()
+            result.wandb_run_file = logger.wandb_run_file
+            result.run_id = run_id()
+    result.elapsed_seconds = time.perf_counter() - started
+    return result

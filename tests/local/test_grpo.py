@@ -1,0 +1,275 @@
+"""The GRPO update against slow, obvious reference computations (plain Python loops over floats)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from shopsimrl.local.grpo import (
+    GrpoConfig,
+    GrpoTrainer,
+    KlLossType,
+    StepLossInputs,
+    TrainItem,
+    build_step_schedule,
+    policy_loss,
+    rollout_mask_sums,
+    score_responses,
+)
+from shopsimrl.models import tiny_model, tiny_tokenizer
+
+# A hand-built step: trajectory "a" is split into two segments (2 + 3 trained tokens), trajectory "b"
+# is one segment with a masked (tool-observation) token; the advantages have both signs.
+OLD = [[-1.0, -2.0], [-0.5, -1.5, -0.7], [-0.2, -3.0, -1.1, -0.9]]
+NEW = [[-0.6, -2.5], [-0.5, -1.0, -0.9], [-0.4, -2.0, -1.3, -0.1]]
+MASKS = [[1, 1], [1, 1, 1], [1, 0, 1, 1]]
+ADVANTAGES = [0.8, 0.8, -1.2]
+ROLLOUT = [[-1.1, -2.0], [-0.4, -1.5, -0.7], [-0.2, 0.0, -1.0, -0.9]]
+REF = [[-0.9, -2.2], [-0.6, -1.2, -0.8], [-0.3, -2.5, -1.2, -0.4]]
+ENTROPY = [[1.0, 2.0], [0.5, 0.25, 1.5], [3.0, 9.0, 1.0, 2.0]]
+KEYS = ["a", "a", "b"]
+
+
+def _reference(config: GrpoConfig) -> dict[str, float]:
+    """slime's definitions, written out token by token."""
+    mask_sum = {}
+    for key, mask in zip(KEYS, MASKS, strict=True):
+        mask_sum[key] = mask_sum.get(key, 0) + sum(mask)
+    num_rollouts = len(set(KEYS))
+    sums = {"pg": 0.0, "clip": 0.0, "kl": 0.0, "ent": 0.0, "ref": 0.0, "diff": 0.0}
+    for s in range(len(OLD)):
+        denom = mask_sum[KEYS[s]]
+        for t in range(len(OLD[s])):
+            if not MASKS[s][t]:
+                continue
+            ratio = math.exp(NEW[s][t] - OLD[s][t])
+            clipped_ratio = min(max(ratio, 1 - config.eps_clip), 1 + config.eps_clip_high)
+            a = ADVANTAGES[s]
+            loss1, loss2 = -ratio * a, -clipped_ratio * a
+            sums["pg"] += max(loss1, loss2) / denom
+            sums["clip"] += (1.0 if loss2 > loss1 else 0.0) / denom
+            sums["kl"] += (OLD[s][t] - NEW[s][t]) / denom
+            sums["ent"] += ENTROPY[s][t] / denom
+            x = REF[s][t] - NEW[s][t]  # low_var_kl: exp(ref - new) - 1 - (ref - new), clamped
+            sums["ref"] += min(max(math.exp(x) - 1 - x, -10.0), 10.0) / denom
+            sums["diff"] += abs(OLD[s][t] - ROLLOUT[s][t]) / denom
+    out = {key: value / num_rollouts for key, value in sums.items()}
+    out["loss"] = out["pg"] - config.entropy_coef * out["ent"] + config.kl_loss_coef * out["ref"]
+    return out
+
+
+def _inputs(indices: list[int], *, new: list[list[float]] | None = None) -> StepLossInputs:
+    t = lambda rows: [torch.tensor(rows[i], dtype=torch.float64) for i in indices]  # noqa: E731
+    sums = {"a": 5.0, "b": 3.0}
+    return StepLossInputs(
+        log_probs=t(new or NEW),
+        old_log_probs=t(OLD),
+        advantages=[ADVANTAGES[i] for i in indices],
+        loss_masks=t(MASKS),
+        rollout_mask_sums=[sums[KEYS[i]] for i in indices],
+        num_rollouts=2,
+        entropy=t(ENTROPY),
+        ref_log_probs=t(REF),
+        rollout_log_probs=t(ROLLOUT),
+    )
+
+
+@pytest.mark.parametrize("entropy_coef,kl_coef", [(0.0, 0.0), (0.01, 0.1)])
+def test_policy_loss_equals_the_slow_reference(entropy_coef: float, kl_coef: float) -> None:
+    config = GrpoConfig(
+        eps_clip=0.2,
+        eps_clip_high=0.28,
+        entropy_coef=entropy_coef,
+        use_kl_loss=True,
+        kl_loss_coef=kl_coef,
+        kl_loss_type=KlLossType.LOW_VAR_KL,
+    )
+    loss, metrics = policy_loss(_inputs([0, 1, 2]), config)
+    ref = _reference(config)
+    assert float(loss) == pytest.approx(ref["loss"], abs=1e-12)
+    assert metrics == pytest.approx(
+        {
+            "train/loss": ref["loss"],
+            "train/pg_loss": ref["pg"],
+            "train/pg_clipfrac": ref["clip"],
+            "train/ppo_kl": ref["kl"],
+            "train/entropy_loss": ref["ent"],
+            "train/kl_loss": ref["ref"],
+            "train/train_rollout_logprob_abs_diff": ref["diff"],
+        },
+        abs=1e-12,
+    )
+
+
+def test_hand_checked_values_of_the_clip_fraction() -> None:
+    # Advantage +0.8 (trajectory a) counts a token as clipped when ratio > 1.28: e^0.4 = 1.49 and
+    # e^0.5 = 1.65 are, e^-0.5, e^0, e^-0.2 are not -> 2 of 5. Advantage -1.2 (trajectory b) counts it
+    # when ratio < 0.8: e^-0.2 = 0.82 (twice) and e^0.8 are not; the masked token is ignored -> 0 of 3.
+    _, metrics = policy_loss(_inputs([0, 1, 2]), GrpoConfig(use_kl_loss=False))
+    assert metrics["train/pg_clipfrac"] == pytest.approx((2 / 5 + 0 / 3) / 2, abs=1e-12)
+    assert "train/kl_loss" not in metrics
+
+
+def test_micro_batches_add_up_to_the_step() -> None:
+    config = GrpoConfig(entropy_coef=0.01, use_kl_loss=True, kl_loss_coef=0.1)
+    whole_loss, whole = policy_loss(_inputs([0, 1, 2]), config)
+    part_a, metrics_a = policy_loss(_inputs([0]), config)
+    part_b, metrics_b = policy_loss(_inputs([1, 2]), config)
+    assert float(part_a + part_b) == pytest.approx(float(whole_loss), abs=1e-12)
+    for key, value in whole.items():
+        assert metrics_a[key] + metrics_b[key] == pytest.approx(value, abs=1e-12)
+
+
+def test_a_trajectory_counts_once_however_it_is_segmented() -> None:
+    # The same 5 tokens of trajectory "a" as one segment or as two give the same loss.
+    config = GrpoConfig()
+    seg_loss, _ = policy_loss(_inputs([0, 1]), config)
+    joined = StepLossInputs(
+        log_probs=[torch.tensor(NEW[0] + NEW[1], dtype=torch.float64)],
+        old_log_probs=[torch.tensor(OLD[0] + OLD[1], dtype=torch.float64)],
+        advantages=[0.8],
+        loss_masks=[torch.ones(5, dtype=torch.float64)],
+        rollout_mask_sums=[5.0],
+        num_rollouts=2,
+    )
+    joined_loss, _ = policy_loss(joined, config)
+    assert float(seg_loss) == pytest.approx(float(joined_loss), abs=1e-12)
+
+
+def test_gradient_matches_the_reference_derivative() -> None:
+    # d pg_loss / d new_log_prob for an unclipped token = -ratio * a / denom / num_rollouts; 0 if clipped.
+    new = [torch.tensor(row, dtype=torch.float64, requires_grad=True) for row in NEW]
+    inputs = _inputs([0, 1, 2])
+    inputs.log_probs = new
+    inputs.entropy = None
+    loss, _ = policy_loss(inputs, GrpoConfig())
+    loss.backward()
+    sums = {"a": 5.0, "b": 3.0}
+    for s in range(3):
+        for t in range(len(NEW[s])):
+            ratio = math.exp(NEW[s][t] - OLD[s][t])
+            a = ADVANTAGES[s]
+            clipped = (a > 0 and ratio > 1.28) or (a < 0 and ratio < 0.8)
+            expected = 0.0 if clipped or not MASKS[s][t] else -ratio * a / sums[KEYS[s]] / 2
+            assert float(new[s].grad[t]) == pytest.approx(expected, abs=1e-12), (s, t)
+
+
+def _item(
+    tokens: list[int], response: int, key: str, adv: float = 1.0, mask: list[int] | None = None
+) -> TrainItem:
+    return TrainItem(
+        tokens=tokens,
+        response_length=response,
+        loss_mask=mask or [1] * response,
+        advantage=adv,
+        rollout_key=key,
+    )
+
+
+def test_schedule_keeps_segments_together_and_drops_the_tail() -> None:
+    items = [_item([1, 2, 3], 1, k) for k in ["t0", "t0", "t1", "t2", "t2", "t2", "t3", "t4"]]
+    assert build_step_schedule(items, 2) == [[0, 1, 2], [3, 4, 5, 6]]  # t4 does not fill a step
+    assert build_step_schedule(items, 5) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert build_step_schedule(items, 6) == []
+    assert rollout_mask_sums(
+        [_item([1, 2, 3], 2, "x"), _item([1, 2], 1, "x", mask=[0]), _item([4, 5], 1, "y")]
+    ) == [2.0, 2.0, 1.0]
+
+
+def test_train_item_rejects_inconsistent_lengths() -> None:
+    with pytest.raises(ValueError, match=r"loss_mask has 1 entries, response_length is 2"):
+        TrainItem(tokens=[1, 2, 3], response_length=2, loss_mask=[1], advantage=0.0, rollout_key="a")
+    with pytest.raises(ValueError, match=r"response_length=3 must be in \[1, len\(tokens\)=3\)"):
+        TrainItem(tokens=[1, 2, 3], response_length=3, loss_mask=[1, 1, 1], advantage=0.0, rollout_key="a")
+
+
+def test_response_scores_equal_full_logits_of_the_model() -> None:
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=3)
+    items = [_item(list(range(40, 52)), 4, "a"), _item(list(range(60, 67)), 2, "b")]
+    with torch.no_grad():
+        scored = score_responses(model, items, [0, 1], temperature=0.7, with_entropy=True)
+        for row, item in enumerate(items):
+            logits = model(input_ids=torch.tensor([item.tokens])).logits[0] / 0.7
+            n, r = len(item.tokens), item.response_length
+            for j in range(r):
+                dist = torch.log_softmax(logits[n - r + j - 1], dim=-1)
+                assert float(scored.log_probs[row][j]) == pytest.approx(
+                    float(dist[item.tokens[n - r + j]]), abs=1e-5
+                )
+                entropy = -float((dist.exp() * dist).sum())
+                assert float(scored.entropy[row][j]) == pytest.approx(entropy, abs=1e-5)
+
+
+def test_trainer_steps_numbering_and_first_step_kl() -> None:
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0)
+    before = model.model.embed_tokens.weight.detach().clone()
+    items = [
+        _item([5, 6, 7, 8, 9], 2, "t0", adv=1.0),
+        _item([5, 6, 7, 10], 1, "t0", adv=1.0),
+        _item([5, 6, 11, 12], 2, "t1", adv=-1.0),
+        _item([5, 6, 13, 14, 15], 3, "t2", adv=0.5),
+        _item([5, 6, 16, 17], 2, "t3", adv=-0.5),
+    ]
+    trainer = GrpoTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), GrpoConfig())
+    result = trainer.train_rollout(items, rollout_id=3, global_batch_size=2)
+    assert result.num_steps == 2
+    assert [s["train/step"] for s in result.step_metrics] == [6, 7]
+    assert [s["train/global_batch_size"] for s in result.step_metrics] == [2.0, 2.0]
+    assert result.step_metrics[0]["train/ppo_kl"] == 0.0  # old log-probs come from the same weights
+    assert result.step_metrics[1]["train/ppo_kl"] != 0.0  # the first step moved the policy
+    assert result.step_metrics[0]["train/grad_norm"] > 0
+    assert "train/train_rollout_logprob_abs_diff" not in result.step_metrics[0]
+    assert set(result.perf_metrics) == {
+        "perf/log_probs_time",
+        "perf/actor_train_time",
+        "perf/actor_train_tok_per_s",
+        "perf/train_time",
+    }
+    assert not torch.equal(before, model.model.embed_tokens.weight)
+
+
+def test_kl_loss_needs_a_reference_model() -> None:
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    with pytest.raises(ValueError, match="use_kl_loss needs a reference model"):
+        GrpoTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), GrpoConfig(use_kl_loss=True))
+
+
+def test_shared_prompt_prefix_pass_equals_the_padded_pass_values_and_gradients() -> None:
+    tok = tiny_tokenizer()
+    prompt = list(range(30, 70))  # 40 shared prompt tokens (a group's n samples)
+    items = [
+        _item(prompt + [5, 6, 7], 3, "a"),
+        _item(prompt + [8, 9], 2, "b"),
+        _item(prompt + [10, 11, 12, 13, 14], 4, "c"),  # its prompt is 41 tokens: the shared part is 40
+    ]
+    from shopsimrl.local import grpo
+
+    assert grpo._shared_prompt_prefix(items, [0, 1, 2]) == 40
+    results = []
+    for force_padded in (False, True):
+        model = tiny_model(tok, seed=5)
+        if force_padded:
+            hidden = grpo._hidden_padded(model, items, [0, 1, 2], "cpu")
+        else:
+            hidden = grpo._hidden_with_shared_prefix(model, items, [0, 1, 2], 40, "cpu")
+        hidden.pow(2).sum().backward()
+        results.append((hidden.detach(), model.model.embed_tokens.weight.grad.clone()))
+    (shared, shared_grad), (padded, padded_grad) = results
+    assert shared.shape == padded.shape == (9, 64)
+    assert torch.allclose(shared, padded, atol=1e-5)
+    assert torch.allclose(shared_grad, padded_grad, atol=1e-4)
+    model = tiny_model(tok, seed=5)
+    with torch.no_grad():
+        via_api = score_responses(model, items, [0, 1, 2], temperature=1.0, with_entropy=False)
+        for row, item in enumerate(items):
+            logits = model(input_ids=torch.tensor([item.tokens])).logits[0]
+            n, r = len(item.tokens), item.response_length
+            expected = [
+                float(torch.log_softmax(logits[n - r + j - 1], -1)[item.tokens[n - r + j]]) for j in range(r)
+            ]
+            assert via_api.log_probs[row].tolist() == pytest.approx(expected, abs=1e-5)
