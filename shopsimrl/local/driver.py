@@ -33,7 +33,6 @@ from typing import Any, Protocol
 import torch
 
 from shopsimrl.config.options import options_from_args
-from shopsimrl.local import metric_names as lm
 from shopsimrl.local.config import RunConfig
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
@@ -309,7 +308,7 @@ class LocalDriver:
             self.sink.log(step_row)
             self.on_event("train_step", {"rollout_id": rollout_id, "row": step_row})
         perf_row = dict(result.perf_metrics)
-        perf_row[lm.PERF_STEP_TIME.name] = time.perf_counter() - step_start
+        perf_row[m.PERF_STEP_TIME.name] = time.perf_counter() - step_start
         perf_row[m.ROLLOUT_STEP.name] = rollout_id
         self.sink.log(perf_row)
         return RolloutReport(

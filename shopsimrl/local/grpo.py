@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 
-from shopsimrl.local import metric_names as lm
 from shopsimrl.local.config import KlLossType
 from shopsimrl.metrics import names as m
 
@@ -151,7 +150,7 @@ def policy_loss(inputs: StepLossInputs, config: GrpoConfig) -> tuple[torch.Tenso
             ]
         )
         loss = loss + config.kl_loss_coef * kl_loss
-        metrics[lm.TRAIN_KL_LOSS.name] = float(kl_loss.detach())
+        metrics[m.TRAIN_KL_LOSS.name] = float(kl_loss.detach())
     if inputs.rollout_log_probs is not None:
         diffs = [
             (old - ro).abs() for old, ro in zip(inputs.old_log_probs, inputs.rollout_log_probs, strict=True)
@@ -385,13 +384,13 @@ class GrpoTrainer:
         train_time = time.perf_counter() - train_start
         total_tokens = sum(len(items[i].tokens) for i in scheduled)
         result.perf_metrics = {
-            lm.PERF_LOG_PROBS_TIME.name: log_probs_time,
-            lm.PERF_ACTOR_TRAIN_TIME.name: train_time,
+            m.PERF_LOG_PROBS_TIME.name: log_probs_time,
+            m.PERF_ACTOR_TRAIN_TIME.name: train_time,
             m.PERF_ACTOR_TRAIN_TOK_PER_S.name: total_tokens / train_time if train_time > 0 else 0.0,
-            lm.PERF_TRAIN_TIME.name: time.perf_counter() - start,
+            m.PERF_TRAIN_TIME.name: time.perf_counter() - start,
         }
         if self.config.use_kl_loss:
-            result.perf_metrics[lm.PERF_REF_LOG_PROBS_TIME.name] = ref_time
+            result.perf_metrics[m.PERF_REF_LOG_PROBS_TIME.name] = ref_time
         return result
 
     def _optimizer_step(
@@ -442,7 +441,7 @@ class GrpoTrainer:
         logged = dict(totals)
         logged[m.TRAIN_GRAD_NORM.name] = float(grad_norm)
         # slime logs `train/lr-pg_<i>` per parameter group; the local optimizer has exactly one.
-        logged[lm.TRAIN_LR_PG0.name] = float(self.optimizer.param_groups[0]["lr"])
-        logged[lm.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
+        logged[m.TRAIN_LR_PG0.name] = float(self.optimizer.param_groups[0]["lr"])
+        logged[m.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
         logged[m.TRAIN_STEP.name] = train_step
         return logged

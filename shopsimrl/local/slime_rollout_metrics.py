@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from shopsimrl.local import metric_names as lm
 from shopsimrl.metrics import names as m
 from shopsimrl.rollout.sample import Sample
 
@@ -50,7 +49,7 @@ def zero_std_counts(args: Any, samples: Sequence[Any]) -> dict[str, float]:
     counts: dict[str, float] = defaultdict(float)
     for rewards in by_group.values():
         if max(rewards) - min(rewards) == 0:
-            counts[lm.zero_std_count_key(rewards[0])] += 1
+            counts[m.zero_std_count_key(rewards[0])] += 1
     return dict(counts)
 
 
@@ -61,10 +60,10 @@ def perf_metrics(samples: Sequence[Any], rollout_time: float, rollout_num_gpus: 
     safe_time = rollout_time if rollout_time > 0 else float("inf")
     return {
         m.PERF_ROLLOUT_TIME.name: rollout_time,
-        lm.PERF_TOKENS_PER_GPU_PER_SEC.name: sum(raw) / safe_time / rollout_num_gpus,
-        lm.PERF_LONGEST_SAMPLE_TOKENS_PER_SEC.name: max(raw) / safe_time,
-        lm.PERF_EFFECTIVE_TOKENS_PER_GPU_PER_SEC.name: sum(effective) / safe_time / rollout_num_gpus,
-        lm.PERF_LONGEST_EFFECTIVE_SAMPLE_TOKENS_PER_SEC.name: max(effective) / safe_time,
+        m.PERF_TOKENS_PER_GPU_PER_SEC.name: sum(raw) / safe_time / rollout_num_gpus,
+        m.PERF_LONGEST_SAMPLE_TOKENS_PER_SEC.name: max(raw) / safe_time,
+        m.PERF_EFFECTIVE_TOKENS_PER_GPU_PER_SEC.name: sum(effective) / safe_time / rollout_num_gpus,
+        m.PERF_LONGEST_EFFECTIVE_SAMPLE_TOKENS_PER_SEC.name: max(effective) / safe_time,
     }
 
 
@@ -75,9 +74,9 @@ def train_side_rollout_metrics(
     n = len(samples)
     out = {
         m.ROLLOUT_RAW_REWARD.name: sum(float(r) for r in raw_rewards) / n,
-        lm.ROLLOUT_REWARDS.name: sum(float(r) for r in rewards) / n,
-        lm.ROLLOUT_RESPONSE_LENGTHS.name: sum(int(s.response_length) for s in samples) / n,
-        lm.ROLLOUT_TOTAL_LENGTHS.name: sum(len(s.tokens) for s in samples) / n,
+        m.ROLLOUT_REWARDS.name: sum(float(r) for r in rewards) / n,
+        m.ROLLOUT_RESPONSE_LENGTHS.name: sum(int(s.response_length) for s in samples) / n,
+        m.ROLLOUT_TOTAL_LENGTHS.name: sum(len(s.tokens) for s in samples) / n,
     }
     trained = [
         (lp, mask)
@@ -87,5 +86,5 @@ def train_side_rollout_metrics(
     ]
     masked = [lp for lp, mask in trained if mask]
     if masked:
-        out[lm.ROLLOUT_ROLLOUT_LOG_PROBS.name] = sum(masked) / len(masked)
+        out[m.ROLLOUT_ROLLOUT_LOG_PROBS.name] = sum(masked) / len(masked)
     return out

@@ -20,6 +20,7 @@ from enum import StrEnum
 
 SHOPSIM_PREFIX = "rollout/shopsim/"
 DYNAMIC_FILTER_DROP_PREFIX = "rollout/dynamic_filter/drop_"
+ZERO_STD_COUNT_PREFIX = "rollout/zero_std/count_"
 
 
 class Direction(StrEnum):
@@ -292,6 +293,99 @@ DYNAMIC_FILTER_DROP = _declare(
     "groups really dropped by the dynamic filter, per reason (slime's counter)",
 )
 
+# ---- more slime-native names the local backend logs (reference/slime.md section 8) ---------------
+TRAIN_KL_LOSS = _declare(
+    "train/kl_loss",
+    "nats",
+    "loss-masked tokens",
+    _D.INFORMATIONAL,
+    "KL to the reference model (with use_kl_loss)",
+)
+TRAIN_GLOBAL_BATCH_SIZE = _declare(
+    "train/global_batch_size", "trajectories", "-", _D.INFORMATIONAL, "trajectories in this optimizer step"
+)
+TRAIN_LR_PG0 = _declare(
+    "train/lr-pg_0", "learning rate", "-", _D.INFORMATIONAL, "learning rate of parameter group 0"
+)
+PERF_LOG_PROBS_TIME = _declare(
+    "perf/log_probs_time", "s", "-", _D.LOWER_IS_BETTER, "old log-probs of the rollout batch"
+)
+PERF_REF_LOG_PROBS_TIME = _declare(
+    "perf/ref_log_probs_time",
+    "s",
+    "-",
+    _D.LOWER_IS_BETTER,
+    "reference log-probs of the rollout batch (with use_kl_loss)",
+)
+PERF_ACTOR_TRAIN_TIME = _declare(
+    "perf/actor_train_time", "s", "-", _D.LOWER_IS_BETTER, "optimizer steps of the rollout"
+)
+PERF_TRAIN_TIME = _declare(
+    "perf/train_time", "s", "-", _D.LOWER_IS_BETTER, "log-probs + optimizer steps of the rollout"
+)
+PERF_TOKENS_PER_GPU_PER_SEC = _declare(
+    "perf/tokens_per_gpu_per_sec",
+    "tokens/s",
+    "-",
+    _D.HIGHER_IS_BETTER,
+    "generated response tokens / rollout time (one device here)",
+)
+PERF_LONGEST_SAMPLE_TOKENS_PER_SEC = _declare(
+    "perf/longest_sample_tokens_per_sec", "tokens/s", "-", _D.INFORMATIONAL, "longest response / rollout time"
+)
+PERF_EFFECTIVE_TOKENS_PER_GPU_PER_SEC = _declare(
+    "perf/effective_tokens_per_gpu_per_sec",
+    "tokens/s",
+    "-",
+    _D.HIGHER_IS_BETTER,
+    "loss-masked response tokens / rollout time",
+)
+PERF_LONGEST_EFFECTIVE_SAMPLE_TOKENS_PER_SEC = _declare(
+    "perf/longest_effective_sample_tokens_per_sec",
+    "tokens/s",
+    "-",
+    _D.INFORMATIONAL,
+    "longest loss-masked response / rollout time",
+)
+ZERO_STD_COUNT = _declare(
+    ZERO_STD_COUNT_PREFIX + "<r>",
+    "groups",
+    "-",
+    _D.INFORMATIONAL,
+    "kept groups whose sample rewards are all equal (r: first reward, 1 decimal)",
+)
+PERF_STEP_TIME = _declare(
+    "perf/step_time", "s", "-", _D.LOWER_IS_BETTER, "rollout + training of one rollout step"
+)
+ROLLOUT_REWARDS = _declare(
+    "rollout/rewards",
+    "advantage",
+    "samples",
+    _D.INFORMATIONAL,
+    "mean post-processed reward (GRPO advantage) of the trained samples",
+)
+ROLLOUT_RESPONSE_LENGTHS = _declare(
+    "rollout/response_lengths",
+    "tokens",
+    "samples",
+    _D.INFORMATIONAL,
+    "mean response length (all response tokens) of the trained samples",
+)
+ROLLOUT_TOTAL_LENGTHS = _declare(
+    "rollout/total_lengths",
+    "tokens",
+    "samples",
+    _D.INFORMATIONAL,
+    "mean prompt + response length of the trained samples",
+)
+ROLLOUT_ROLLOUT_LOG_PROBS = _declare(
+    "rollout/rollout_log_probs",
+    "nats",
+    "loss-masked tokens",
+    _D.INFORMATIONAL,
+    "mean rollout log-prob of the trained tokens",
+)
+
 # ---- analysis/* (spec section 4), read by `shopsimrl monitor check` ------------------------------
 ANALYSIS_ELIGIBLE_CARDS = _declare(
     "analysis/eligible_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that yield a proposal"
@@ -320,6 +414,11 @@ def dynamic_filter_drop_key(reason: str) -> str:
     return DYNAMIC_FILTER_DROP_PREFIX + reason
 
 
+def zero_std_count_key(first_reward: float) -> str:
+    """slime's spelling: `rollout/zero_std/count_<first reward rounded to 1 decimal>`."""
+    return ZERO_STD_COUNT.name.replace("<r>", str(round(first_reward, 1)))
+
+
 def shopsim_specs() -> list[MetricSpec]:
     """The `rollout/shopsim/*` declarations, in declaration order."""
     return [spec for spec in REGISTRY.values() if spec.name.startswith(SHOPSIM_PREFIX)]
@@ -331,6 +430,8 @@ def spec_for_key(key: str) -> MetricSpec | None:
         return REGISTRY[key]
     if key.startswith(DYNAMIC_FILTER_DROP_PREFIX):
         return DYNAMIC_FILTER_DROP
+    if key.startswith(ZERO_STD_COUNT_PREFIX):
+        return ZERO_STD_COUNT
     chunk_prefix = _S + "chunk/"
     if key.startswith(chunk_prefix):
         for suffix, spec in (("/target_rho", CHUNK_TARGET_RHO), ("/inclusion_rate", CHUNK_INCLUSION_RATE)):
