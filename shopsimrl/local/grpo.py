@@ -403,6 +403,7 @@ class GrpoTrainer:
         train_step: int,
     ) -> dict[str, float]:
         cfg = self.config
+        device = next(self.model.parameters()).device
         num_rollouts = len({items[i].rollout_key for i in step})
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
@@ -420,13 +421,16 @@ class GrpoTrainer:
                 log_probs=scored.log_probs,
                 old_log_probs=[old[i] for i in batch],
                 advantages=[items[i].advantage for i in batch],
-                loss_masks=[torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32) for i in batch],
+                loss_masks=[
+                    torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32, device=device) for i in batch
+                ],
                 rollout_mask_sums=[mask_sums[i] for i in batch],
                 num_rollouts=num_rollouts,
                 entropy=scored.entropy,
                 ref_log_probs=None if ref is None else [ref[i] for i in batch],
                 rollout_log_probs=[
-                    torch.as_tensor(list(items[i].rollout_log_probs), dtype=torch.float32) for i in batch
+                    torch.as_tensor(list(items[i].rollout_log_probs), dtype=torch.float32, device=device)
+                    for i in batch
                 ]
                 if has_rollout_lp
                 else None,

@@ -21,7 +21,7 @@ from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.ops.failure_record import failure_recording
-from shopsimrl.rollout.generators import LocalHFGenerator
+from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
 from shopsimrl.slime_metrics import reset_process_state
 from shopsimrl.tracking import StageLogger, WandbSettings
@@ -82,7 +82,9 @@ def freeze_below(model: Any, top_layers: int) -> int:
 def summary_line(config: RunConfig, model: Any) -> str:
     d = config.driver
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    devices = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu:1"
+    # The device the policy really runs on (a GPU host's local backend still trains on the CPU).
+    device = next(model.parameters()).device
+    devices = f"{device.type}:1"
     return (
         f"shopsimrl local: mode={config.run.mode.value} dtype={dtype} model={config.model.name.value} "
         f"groups={d.rollout_batch_size} samples_per_group={d.n_samples_per_prompt} rollouts={d.num_rollout} "
@@ -122,7 +124,8 @@ def run_training(
             seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
         )
         tasks = load_split(catalog, config.shopsim.split)
-        generator = LocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
+        # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
+        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
         if config.warm_start.enabled:
             args = build_args(
                 config, use_wandb=False, generator=generator, tokenizer=tokenizer, catalog=catalog
