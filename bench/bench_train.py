@@ -3,7 +3,9 @@
 One run, one batch shape: 16 completions of up to 64 tokens for one ~150-token prompt (a ShopSim
 instruction in the model's chat template), one optimizer step.
 
-* local rollout tokens/s: completion tokens / generation time of `LocalHFGenerator` (KV cache);
+* local rollout tokens/s: completion tokens / generation time of `LocalHFGenerator` (KV cache,
+  one sequence at a time), and of `BatchedLocalHFGenerator` (the local driver's: the 16 requests,
+  submitted concurrently as the driver's sibling episodes do, decoded as one left-padded batch);
 * local training tokens/s: (prompt + completion tokens of the batch) / time of the GRPO update
   (`perf/train_time`: the old-log-prob pass + the optimizer step, as slime's actor does); the
   optimizer step alone (`perf/actor_train_tok_per_s`) is reported too;
@@ -19,6 +21,7 @@ Each side runs one warm-up step first; the second step is measured.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, TrainItem  # noqa: E402
 from shopsimrl.models.smollm2 import load_smollm2  # noqa: E402
-from shopsimrl.rollout.generators import LocalHFGenerator  # noqa: E402
+from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator  # noqa: E402
 from shopsimrl.shop import generate_catalog, load_split  # noqa: E402
 
 COMPLETIONS = 16
@@ -64,6 +67,7 @@ def bench_local(messages: list[dict[str, str]], seed: int) -> dict[str, Any]:
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     prompt_ids = list(tokenizer.encode(text, add_special_tokens=False))
     generator = LocalHFGenerator(model, tokenizer, seed=seed)
+    batched = BatchedLocalHFGenerator(model, tokenizer, seed=seed, max_batch=COMPLETIONS)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.1, betas=(0.9, 0.98))
     trainer = GrpoTrainer(model, optimizer, GrpoConfig())
     params = {"temperature": 1.0, "max_new_tokens": MAX_NEW_TOKENS}
@@ -72,6 +76,7 @@ def bench_local(messages: list[dict[str, str]], seed: int) -> dict[str, Any]:
         start = time.perf_counter()
         results = [generator.generate_sync(prompt_ids, params) for _ in range(COMPLETIONS)]
         generation_s = time.perf_counter() - start
+        batched_tokens, batched_s = _batched_rollout(batched, prompt_ids, params)
         rewards = [_reward(r.text) for r in results]
         mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
         items = [
@@ -93,12 +98,28 @@ def bench_local(messages: list[dict[str, str]], seed: int) -> dict[str, Any]:
             "batch_tokens": total_tokens,
             "generation_s": generation_s,
             "rollout_tok_per_s": completion_tokens / generation_s,
+            "batched_completion_tokens": batched_tokens,
+            "batched_generation_s": batched_s,
+            "batched_rollout_tok_per_s": batched_tokens / batched_s,
             "train_s": result.perf_metrics["perf/train_time"],
             "train_tok_per_s": total_tokens / result.perf_metrics["perf/train_time"],
             "actor_train_tok_per_s": result.perf_metrics["perf/actor_train_tok_per_s"],
             "grad_norm": result.step_metrics[0]["train/grad_norm"],
         }
     return out
+
+
+def _batched_rollout(
+    generator: BatchedLocalHFGenerator, prompt_ids: list[int], params: dict[str, Any]
+) -> tuple[int, float]:
+    """COMPLETIONS concurrent `generate()` calls, as the driver's sibling episodes make them."""
+
+    async def all_completions() -> list[Any]:
+        return await asyncio.gather(*(generator.generate(prompt_ids, params) for _ in range(COMPLETIONS)))
+
+    start = time.perf_counter()
+    results = asyncio.run(all_completions())
+    return sum(len(r.token_ids) for r in results), time.perf_counter() - start
 
 
 def bench_trl(messages: list[dict[str, str]], seed: int, workdir: Path) -> dict[str, Any]:

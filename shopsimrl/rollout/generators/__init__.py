@@ -1,6 +1,8 @@
 """Generators of the agent loop: SGLang over HTTP (slime backend) and a local HF model (CPU backend).
 
-`LocalHFGenerator` is imported lazily so that the slime hooks (which only need the HTTP generator)
+The local model has two generators with the same sampling rules: `LocalHFGenerator` (one sequence
+at a time) and `BatchedLocalHFGenerator` (concurrent calls decoded as one batch; the local driver's).
+Both are imported lazily so that the slime hooks (which only need the HTTP generator)
 do not pay torch's import time when this package is imported.
 """
 
@@ -12,9 +14,11 @@ from shopsimrl.rollout.generators.base import FinishReason, GenerationAborted, G
 from shopsimrl.rollout.generators.sglang import SGLangGenerator, parse_generate_response
 
 if TYPE_CHECKING:
+    from shopsimrl.rollout.generators.batched_local import BatchedLocalHFGenerator
     from shopsimrl.rollout.generators.local_hf import LocalHFGenerator
 
 __all__ = [
+    "BatchedLocalHFGenerator",
     "FinishReason",
     "GenerationAborted",
     "GenerationResult",
@@ -30,4 +34,8 @@ def __getattr__(name: str) -> Any:
         from shopsimrl.rollout.generators.local_hf import LocalHFGenerator
 
         return LocalHFGenerator
+    if name == "BatchedLocalHFGenerator":
+        from shopsimrl.rollout.generators.batched_local import BatchedLocalHFGenerator
+
+        return BatchedLocalHFGenerator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
