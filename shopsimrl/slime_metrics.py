@@ -40,7 +40,7 @@ from shopsimrl.records import (
     build_group_trace,
     read_retry_results,
     read_triage,
-    write_group_trace,
+    write_group_traces,
 )
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR, advance_rollout_step, rollout_step
 from shopsimrl.rollout.filters import REASON_TECHNICAL, ZERO_STD_REASON_PREFIX
@@ -154,14 +154,18 @@ def record_generated_rollout_groups(args: Any, all_groups: list[Any], data_sourc
         # Results already on disk were reported by an earlier process of this run.
         state.retry_results_seen = len(read_retry_results(options.run_dir).records)
 
-    summaries: list[GroupSummary] = []
-    queued = 0
+    built = []
     for group in all_groups:
         leaves = flatten_group(group)
         metas = parse_metas(leaves)
         summary = summarize_group(leaves, metas)
-        trace = build_group_trace(summary, leaves, step, options.reward_key, metas)
-        path = write_group_trace(options.run_dir, trace)
+        built.append((summary, build_group_trace(summary, leaves, step, options.reward_key, metas)))
+    # Every trace is on disk before any triage record names it.
+    paths = write_group_traces(options.run_dir, [trace for _, trace in built])
+
+    summaries: list[GroupSummary] = []
+    queued = 0
+    for (summary, trace), path in zip(built, paths, strict=True):
         if not summary.completed:
             continue  # aborted work is excluded from every metric
         if summary.is_retry:

@@ -202,7 +202,9 @@ def probe(
         return float(outcome.reward) if outcome.scorable and outcome.reward is not None else float("nan")
 
     async def run_all() -> list[list[float]]:
-        return [[await one(task) for _ in range(samples)] for task in tasks]
+        # Concurrent episodes, as the driver runs a group: a batching generator decodes them together.
+        flat = await asyncio.gather(*(one(task) for task in tasks for _ in range(samples)))
+        return [list(flat[i * samples : (i + 1) * samples]) for i in range(len(tasks))]
 
     return ProbeResult(step=step, rewards=asyncio.run(run_all()))
 

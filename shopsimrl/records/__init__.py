@@ -25,7 +25,13 @@ from shopsimrl.records.schemas import (
     TriageReason,
     TriageRecord,
 )
-from shopsimrl.records.traces import build_group_trace, read_group_trace, trace_path, write_group_trace
+from shopsimrl.records.traces import (
+    build_group_trace,
+    read_group_trace,
+    trace_path,
+    write_group_trace,
+    write_group_traces,
+)
 
 __all__ = [
     "RETRY_QUEUE_FILE",
@@ -53,4 +59,5 @@ __all__ = [
     "read_triage",
     "trace_path",
     "write_group_trace",
+    "write_group_traces",
 ]

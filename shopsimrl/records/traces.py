@@ -16,7 +16,7 @@ from shopsimrl.metrics.groups import GroupSummary
 from shopsimrl.records.schemas import GroupTrace, OutcomeRecord, SegmentTrace, TrajectoryTrace
 from shopsimrl.rollout.metadata import ShopSimMeta, get_meta
 from shopsimrl.rollout.sample import status_value
-from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage import atomic_write_many, json_bytes
 
 TRACES_DIR = "traces"
 
@@ -93,9 +93,19 @@ def build_group_trace(
 
 
 def write_group_trace(run_dir: str | os.PathLike[str], trace: GroupTrace) -> Path:
-    """Atomically write the trace (temp file, fsync, rename); returns its path."""
-    path = trace_path(run_dir, trace.rollout_step, trace.group_index)
-    return atomic_write_json(path, trace.model_dump(mode="json"), indent=None)
+    """Atomically write one trace (temp file, fsync, rename); returns its path."""
+    return write_group_traces(run_dir, [trace])[0]
+
+
+def write_group_traces(run_dir: str | os.PathLike[str], traces: Sequence[GroupTrace]) -> list[Path]:
+    """Atomically write a step's traces together (one fsync round, not two fsyncs per file)."""
+    files = {
+        trace_path(run_dir, t.rollout_step, t.group_index): json_bytes(t.model_dump(mode="json"), indent=None)
+        for t in traces
+    }
+    if len(files) != len(traces):
+        raise ValueError("two traces of one step name the same group_index")
+    return atomic_write_many(files)
 
 
 def read_group_trace(path: str | os.PathLike[str]) -> GroupTrace:

@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "FinishReason": "shopsimrl.rollout.generators",
     "SGLangGenerator": "shopsimrl.rollout.generators",
     "LocalHFGenerator": "shopsimrl.rollout.generators",
+    "BatchedLocalHFGenerator": "shopsimrl.rollout.generators",
     # curriculum and prompts
     "Assignment": "shopsimrl.rollout.curriculum",
     "Curriculum": "shopsimrl.rollout.curriculum",

@@ -1,6 +1,12 @@
 """Atomic files and tolerant JSONL: the audit record under runs/ is written only through here."""
 
-from shopsimrl.storage.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from shopsimrl.storage.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_many,
+    atomic_write_text,
+    json_bytes,
+)
 from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
 
 __all__ = [
@@ -8,6 +14,8 @@ __all__ = [
     "append_jsonl",
     "atomic_write_bytes",
     "atomic_write_json",
+    "atomic_write_many",
     "atomic_write_text",
+    "json_bytes",
     "read_jsonl",
 ]

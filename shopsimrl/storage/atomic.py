@@ -9,8 +9,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+# fsyncs in flight at once: the filesystem commits concurrent fsyncs in one journal transaction.
+_FSYNC_THREADS = 16
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -35,14 +40,59 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return target
 
 
+def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Path]:
+    """Write several files atomically and durably at the cost of about one fsync round.
+
+    Each file is still all-or-nothing (temp file, fsync, rename) and durable on return; the data
+    fsyncs run concurrently and each parent directory is fsynced once, instead of two serial
+    fsyncs per file (which dominate writing a step's group traces on a virtual disk).
+    """
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+            temps.append((tmp_name, target))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        with ThreadPoolExecutor(max_workers=max(1, min(_FSYNC_THREADS, len(temps)))) as pool:
+            list(pool.map(_fsync_file, [tmp for tmp, _ in temps]))
+        for tmp_name, target in temps:
+            os.replace(tmp_name, target)
+    except BaseException:
+        for tmp_name, _ in temps:
+            try:
+                os.unlink(tmp_name)
+            except FileNotFoundError:
+                pass
+        raise
+    for directory in sorted({target.parent for _, target in temps}):
+        _fsync_directory(directory)
+    return [target for _, target in temps]
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
+    """The bytes of a JSON file we write: UTF-8, NaN/Infinity kept, a final newline."""
+    text = json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False, allow_nan=True)
+    return (text + "\n").encode("utf-8")
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> Path:
     """Serialise first (so a bad object never truncates the file), then write atomically."""
-    text = json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False, allow_nan=True)
-    return atomic_write_text(path, text + "\n")
+    return atomic_write_bytes(path, json_bytes(obj, indent=indent))
 
 
 def _fsync_directory(directory: Path) -> None:

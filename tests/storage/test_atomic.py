@@ -72,3 +72,19 @@ def test_killed_between_write_and_rename_leaves_no_partial_file(tmp_path: Path) 
     assert len(leftovers) == 1 and leftovers[0].startswith(".trace.json.tmp-")
     # Readers that glob for records never see the hidden temp file.
     assert [p.name for p in tmp_path.glob("*.json")] == ["trace.json"]
+
+
+def test_atomic_write_many_writes_all_or_leaves_the_old_files(tmp_path: Path) -> None:
+    from shopsimrl.storage import atomic_write_many
+
+    a, b = tmp_path / "step-1" / "group-1.json", tmp_path / "step-1" / "group-2.json"
+    assert atomic_write_many({a: b'{"g": 1}\n', b: b'{"g": 2}\n'}) == [a, b]
+    assert (a.read_text(), b.read_text()) == ('{"g": 1}\n', '{"g": 2}\n')
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with pytest.raises(OSError):
+        atomic_write_many({a: b'{"g": "new"}\n', blocker / "group-3.json": b"{}\n"})
+    # The failure came before any rename: the old file is intact and no temp file is left behind.
+    assert a.read_text() == '{"g": 1}\n'
+    assert sorted(p.name for p in a.parent.iterdir()) == ["group-1.json", "group-2.json"]
