@@ -16,18 +16,20 @@ def demo_summary(result: RunResult) -> str:
             f"mixed outcomes reached: {'yes' if ws.reached_mixed_outcomes else 'no'} (probes: {probes})"
         )
     lines.append(
-        "rollout step | reward_mean | success_rate | train_reward_mean | accepted groups | train/loss"
+        # grad_norm, not loss: with whole GRPO groups in a step the first step's loss is ~0 by
+        # construction (advantages sum to zero at ratio 1) while the gradient is not.
+        "rollout step | reward_mean | success_rate | train_reward_mean | accepted groups | train/grad_norm"
     )
     for report in result.reports:
         row = report.rollout_row
-        losses = ", ".join(f"{r[m.TRAIN_LOSS.name]:+.4f}" for r in report.train_rows)
+        grad_norms = ", ".join(f"{r[m.TRAIN_GRAD_NORM.name]:.4f}" for r in report.train_rows)
 
         def fmt(key: str, row: dict = row) -> str:
             return f"{row[key]:.3f}" if key in row else "n/a"
 
         lines.append(
             f"{report.rollout_id:>12} | {fmt(m.REWARD_MEAN.name):>11} | {fmt(m.SUCCESS_RATE.name):>12} | "
-            f"{fmt(m.TRAIN_REWARD_MEAN.name):>17} | {report.accepted_groups:>15} | {losses}"
+            f"{fmt(m.TRAIN_REWARD_MEAN.name):>17} | {report.accepted_groups:>15} | {grad_norms}"
         )
     lines.append(f"run directory:   {result.stage_dir} (metrics.jsonl, traces/, triage.jsonl)")
     if result.wandb_run_file is not None:
