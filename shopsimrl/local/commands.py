@@ -77,7 +77,8 @@ def train() -> None:
 def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
     """One round on the demo model: warm start, a few GRPO steps, W&B offline, then a summary.
 
-    W&B logs offline into ./wandb unless USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise.
+    W&B logs offline into ./wandb unless USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise, always
+    in the demo's own group (run.group of the config, local-demo-round-000).
 
     Example: shopsimrl train demo
     """
@@ -88,6 +89,9 @@ def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
     env = dict(os.environ)
     env.setdefault("USE_WANDB", "1")
     env.setdefault("WANDB_MODE", "offline")
+    # The demo is its own round: it never logs into a production group that WANDB_GROUP names.
+    env.pop("WANDB_RUN_GROUP", None)
+    env["WANDB_GROUP"] = config.run.group
     try:
         settings = WandbSettings.from_env(env)
     except ConfigError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,9 @@ def run_training(
     """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises."""
     started = time.perf_counter()
     settings = settings or WandbSettings.from_env()
+    if settings.group is None:
+        # One group per round: without WANDB_GROUP, the W&B group is the run directory's group.
+        settings = replace(settings, group=config.run.group)
     stage_dir = config.stage_dir
     stage_dir.mkdir(parents=True, exist_ok=True)
     config_dict = config.model_dump(mode="json")

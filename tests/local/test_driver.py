@@ -81,6 +81,8 @@ def test_two_rollouts_end_to_end_read_back_from_the_offline_wandb_run(tiny_confi
     local_rows = read_jsonl(result.stage_dir / "metrics.jsonl").records
     run = read_offline_run(result.wandb_run_file)
     assert run.exit_code == 0
+    # No WANDB_GROUP: the round's group names both the run directory and the W&B group.
+    assert run.info.group == config.run.group == result.stage_dir.parent.name
     history = run.history
     assert len(history) == len(local_rows) == 8  # per rollout: 1 rollout row, 2 train rows, 1 perf row
 
