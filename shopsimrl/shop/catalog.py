@@ -12,6 +12,7 @@ Storage is columnar numpy (about 20 bytes per product plus the search index), wh
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -119,6 +120,8 @@ class Catalog:
         self._title_json: dict[int, str] = {}
         self._page_json_head: dict[int, str] = {}
         self._row_json: dict[int, str] = {}
+        # (category, slot, value index or option mask) -> encoded page member; bounded by the categories
+        self._page_members: dict[tuple[int, int, int], str] = {}
 
     def _intern_titles(self) -> tuple[list[str], np.ndarray]:
         key = self.type_id.astype(np.int64) * 256 + self.brand
@@ -234,21 +237,67 @@ class Catalog:
             )
         return text
 
+    def search_rows_json(self, indices: Sequence[int]) -> str:
+        """`", ".join(self.search_row_json(i) for i in indices)`: a results page's rows, with the
+        cache lookup and the first-time formatting inlined (one call per page, not per row)."""
+        rows = self._row_json
+        get = rows.get
+        encoded_titles, title_ids = self._title_json, self._a_title
+        price, rating = self._a_price, self._a_rating
+        out = []
+        for index in indices:
+            text = get(index)
+            if text is None:
+                if len(rows) >= ROW_CACHE_ENTRIES:
+                    rows.clear()  # as in search_row_json
+                title = encoded_titles.get(title_ids[index])
+                if title is None:
+                    title = self._encoded_title(index)
+                text = rows[index] = (
+                    f'{{"product_id": "P{index:06d}", "title": {title}, '
+                    f'"price": {price[index] / 100.0!r}, "rating": {rating[index] / 10.0!r}}}'
+                )
+            out.append(text)
+        return ", ".join(out)
+
     def line_fields_json(self, index: int) -> str:
         """The `"product_id": ..., "title": ..., "price": ...` members of a cart line, as json.dumps
         writes them."""
         return f'"product_id": "P{index:06d}", "title": {self._encoded_title(index)}, "price": {self._a_price[index] / 100.0!r}'
 
     def _page_json(self, index: int) -> str:
-        # json.dumps(self.product(index).page()), formatted without building the Product
-        enc = encode_json_string
-        spec = CATEGORIES[self._a_category[index]]
-        attributes = ", ".join([f"{enc(k)}: {enc(v)}" for k, v in self.attributes_of(index).items()])
-        options = ", ".join(
-            [f"{enc(k)}: [{', '.join([enc(v) for v in vs])}]" for k, vs in self.options_of(index).items()]
-        )
+        # json.dumps(self.product(index).page()), formatted without building the Product. The
+        # attribute and option members repeat across products (a category's attribute value, an
+        # option's set of offered values), so each distinct member is encoded once per catalog.
+        cat = self._a_category[index]
+        spec = CATEGORIES[cat]
+        members = self._page_members
+        row = index * self._n_attr_slots
+        a_attrs = self._a_attrs
+        parts = []
+        for d in range(len(spec.attributes)):
+            key = (cat, d, a_attrs[row + d])
+            text = members.get(key)
+            if text is None:
+                name, values = spec.attributes[d]
+                text = members[key] = f"{encode_json_string(name)}: {encode_json_string(values[key[2]])}"
+            parts.append(text)
+        attributes = ", ".join(parts)
+        row = index * self._n_option_slots
+        a_masks = self._a_masks
+        parts = []
+        for d in range(len(spec.options)):
+            key = (cat, -1 - d, a_masks[row + d])  # negative slot: options, apart from attributes
+            text = members.get(key)
+            if text is None:
+                name, values = spec.options[d]
+                mask = key[2]
+                offered = ", ".join([encode_json_string(v) for i, v in enumerate(values) if mask >> i & 1])
+                text = members[key] = f"{encode_json_string(name)}: [{offered}]"
+            parts.append(text)
+        options = ", ".join(parts)
         return (
-            f'{{"product_id": "P{index:06d}", "title": {self._encoded_title(index)}, "category": {enc(spec.name)}, '
+            f'{{"product_id": "P{index:06d}", "title": {self._encoded_title(index)}, "category": {encode_json_string(spec.name)}, '
             f'"price": {self._a_price[index] / 100.0!r}, "rating": {self._a_rating[index] / 10.0!r}, '
             f'"attributes": {{{attributes}}}, "options": {{{options}}}}}'
         )

@@ -45,6 +45,7 @@ class ShopEnv:
         self._tools: ShopTools | None = None  # one per environment, re-pointed at each episode's state
         # offered tool names -> (schemas, hash); a handful of distinct sets exist
         self._schema_cache: dict[tuple[str, ...], tuple[list[dict], str]] = {}
+        self._hash_cache: dict[tuple[str, ...], str] = {}  # offered names -> hash only (step's lookup)
         # The offered tool names as of the end of the last reset/step. Only step() changes the
         # state (the privileged accessors are read-only by contract), so this is the offered set
         # at the start of the next step, and step() computes the set once instead of twice.
@@ -84,42 +85,52 @@ class ShopEnv:
         }
 
     def step(self, action: ToolCall | str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        state = self.state
+        state = self._state
+        if state is None:
+            state = self.state  # raises the "no episode" error
         if state.done:
             raise TechnicalError(
                 TechnicalErrorKind.ENVIRONMENT, "step() called after the episode ended; call reset()"
             )
         before = self._offered
         try:
-            call = self._parse(action)
+            if type(action) is str:  # _parse's common case, inlined
+                try:
+                    call = parse_tool_call(action)
+                except Exception as e:  # the parser must never raise on text; if it does, that is our bug
+                    raise TechnicalError(TechnicalErrorKind.PARSER, f"{type(e).__name__}: {e}") from e
+            else:
+                call = self._parse(action)
             state.turn += 1
-            if isinstance(call, ParseFailure):
+            if type(call) is ParseFailure:
                 observation, tool, failure = (
                     error_observation(PolicyFailureKind.MALFORMED_TOOL_CALL, call.message),
                     None,
                     PolicyFailureKind.MALFORMED_TOOL_CALL,
                 )
             else:
-                result = self._toolkit.dispatch(call, state)
-                observation, tool, failure = result.observation, result.tool, result.failure
+                observation, tool, failure = self._toolkit._dispatch(call, state)
             if failure is not None:
                 state.policy_failures += 1
             reward = 0.0
             terminated = state.finish is Finish.CHECKOUT
             truncated = False
             if terminated:
-                reward = compute_outcome(self.catalog, self.task, state).reward
+                reward = compute_outcome(self.catalog, self._task, state).reward
             elif state.turn >= self.max_turns:
                 state.finish = Finish.TURN_LIMIT
                 truncated = True
-            after = self._offered = self._offered_names()
+            after = self._offered = self._toolkit.offered_names(state)
+            digest = self._hash_cache.get(after)
+            if digest is None:
+                digest = self._hash_cache[after] = self._schemas_for(after)[1]
             info = {
                 "turn": state.turn,
                 "tool": tool,
                 "policy_failure": None if failure is None else failure._value_,
                 "finish": state.finish._value_,  # the enum's value without the property lookup
                 "tool_schema_changed": after != before,
-                "tool_schema_hash": self._schemas_for(after)[1],
+                "tool_schema_hash": digest,
             }
             if truncated:
                 info["truncation"] = PolicyFailureKind.TURN_LIMIT.value

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from shopsimrl.shop.observations import PolicyFailureKind, error_observation, render_observation
+from shopsimrl.shop.observations import JsonText, PolicyFailureKind, error_observation, render_observation
 from shopsimrl.shop.tool_calls import ToolCall
 
 _TOOL_ATTR = "__shopsim_tool__"
@@ -303,35 +303,44 @@ class Toolkit:
         return names
 
     def dispatch(self, call: ToolCall, state: Any) -> ToolResult:
-        spec = self.specs.get(call.name)
+        return ToolResult(*self._dispatch(call, state))
+
+    def _dispatch(self, call: ToolCall, state: Any) -> tuple[str, str | None, PolicyFailureKind | None]:
+        # (observation, tool, failure) without building a ToolResult: ShopEnv.step calls this
+        # once per step and unpacks it at once.
+        name = call.name
+        spec = self.specs.get(name)
         if spec is None:
             known = ", ".join(self.specs)
-            return ToolResult(
-                error_observation(
-                    PolicyFailureKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}; tools: {known}"
-                ),
-                call.name,
+            return (
+                error_observation(PolicyFailureKind.UNKNOWN_TOOL, f"unknown tool {name!r}; tools: {known}"),
+                name,
                 PolicyFailureKind.UNKNOWN_TOOL,
             )
         if spec.offered_when is not None and not spec.offered_when(state):
             offered = ", ".join(self.offered_names(state))
-            message = f"tool {call.name} is not offered now; offered tools: {offered}"
-            return ToolResult(
+            message = f"tool {name} is not offered now; offered tools: {offered}"
+            return (
                 error_observation(PolicyFailureKind.TOOL_NOT_OFFERED, message),
-                call.name,
+                name,
                 PolicyFailureKind.TOOL_NOT_OFFERED,
             )
         kwargs = None if call.text_arguments else spec.fast_validator(call.arguments)
         if kwargs is None:
             kwargs = validate_arguments(spec, call)
-        if isinstance(kwargs, str):
-            return ToolResult(
-                error_observation(PolicyFailureKind.BAD_ARGUMENTS, kwargs),
-                call.name,
-                PolicyFailureKind.BAD_ARGUMENTS,
-            )
+            if isinstance(kwargs, str):
+                return (
+                    error_observation(PolicyFailureKind.BAD_ARGUMENTS, kwargs),
+                    name,
+                    PolicyFailureKind.BAD_ARGUMENTS,
+                )
         try:
-            payload = self._bound[call.name](**kwargs)
+            payload = self._bound[name](**kwargs)
         except ToolError as e:
-            return ToolResult(error_observation(e.kind, e.message), call.name, e.kind)
-        return ToolResult(render_observation(payload), call.name, None)
+            return error_observation(e.kind, e.message), name, e.kind
+        # render_observation, inlined for the common JsonText payload
+        return (
+            (str.__str__(payload) if type(payload) is JsonText else render_observation(payload)),
+            name,
+            None,
+        )

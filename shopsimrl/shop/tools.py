@@ -104,7 +104,7 @@ class ShopTools:
             keywords, category, max_price, min_rating, page, found.pages, tuple(found.product_indices)
         )
         # {"page": ..., "pages": ..., "total_results": ..., "results": [catalog.search_row(i), ...]}
-        rows = ", ".join([self.catalog.search_row_json(i) for i in found.product_indices])
+        rows = self.catalog.search_rows_json(found.product_indices)
         return JsonText(
             f'{{"page": {page}, "pages": {found.pages}, "total_results": {found.total}, "results": [{rows}]}}'
         )

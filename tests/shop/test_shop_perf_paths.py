@@ -62,6 +62,19 @@ def test_fragment_caches_are_bounded_and_fragments_stay_exact(monkeypatch):
         assert len(small._row_json) <= 5
 
 
+def test_search_rows_json_equals_the_joined_rows_and_survives_cache_clears(monkeypatch):
+    monkeypatch.setattr(catalog_module, "ROW_CACHE_ENTRIES", 5)
+    small = generate_catalog(seed=3, num_products=60)
+    rng = random.Random(0)
+    for _ in range(40):  # pages of up to 10 rows against a 5-row cache: it clears mid-page
+        page = rng.sample(range(60), rng.randint(0, 10))
+        assert small.search_rows_json(page) == ", ".join(json.dumps(small.search_row(i)) for i in page)
+        assert len(small._row_json) <= 5
+    # Product pages stay exact once the per-entry fragment cache is warm (second pass over all pages).
+    for i in list(range(60)) * 2:
+        assert small.page_json_head(i) + "}" == json.dumps(small.product(i).page())
+
+
 TEXTS = [
     '<tool_call>\n{"name": "search", "arguments": {"keywords": "mug"}}\n</tool_call>',
     '<tool_call>\n{"name": "search", "arguments": {"keywords": "mug"}}\n</tool_call>\n  ',
