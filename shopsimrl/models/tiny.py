@@ -13,8 +13,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
+from shopsimrl.shop.chat_format import IM_END, IM_START
+
 END_OF_TEXT = "<|endoftext|>"
 # Order fixes the ids: specials come right after the 256 byte tokens.
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)

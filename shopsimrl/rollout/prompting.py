@@ -19,8 +19,8 @@ from typing import Any
 
 from shopsimrl.errors import TechnicalError, TechnicalErrorKind
 from shopsimrl.shop import ToolCallFormat, render_chat, system_prompt
+from shopsimrl.shop.chat_format import IM_END
 
-IM_END = "<|im_end|>"
 TOOL_ROLE = "tool"
 
 

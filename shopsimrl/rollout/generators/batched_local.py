@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
-from shopsimrl.rollout.generators.local_hf import _default_stop_ids, _sample, _SamplingParams
+from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
 _ROW_SEED_BOUND = 2**62  # row seeds drawn from the generator's stream lie in [0, 2**62)
 
@@ -59,7 +59,7 @@ class BatchStats:
 @dataclass
 class _Request:
     input_ids: list[int]
-    params: _SamplingParams
+    params: SamplingParams
 
 
 @dataclass
@@ -91,7 +91,7 @@ class BatchedLocalHFGenerator:
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.settle_rounds = settle_rounds
-        self.stop_token_ids = set(stop_token_ids or ()) | _default_stop_ids(tokenizer)
+        self.stop_token_ids = set(stop_token_ids or ()) | default_stop_ids(tokenizer)
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = (
             weakref.WeakKeyDictionary()
@@ -162,7 +162,7 @@ class BatchedLocalHFGenerator:
             queue.pending.clear()
 
     # ------------------------------------------------------------------ decoding
-    def _row_rng(self, params: _SamplingParams) -> torch.Generator:
+    def _row_rng(self, params: SamplingParams) -> torch.Generator:
         if params.seed is not None:
             return torch.Generator(device="cpu").manual_seed(params.seed)
         row_seed = int(torch.randint(0, _ROW_SEED_BOUND, (1,), generator=self._rng))
@@ -236,7 +236,7 @@ class BatchedLocalHFGenerator:
                     next_tokens: list[int] = []
                     for b, i in enumerate(rows):
                         params = requests[i].params
-                        token, log_prob = _sample(logits[b], params, rngs[i])
+                        token, log_prob = sample_token(logits[b], params, rngs[i])
                         tokens[i].append(token)
                         log_probs[i].append(log_prob)
                         if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
@@ -283,4 +283,4 @@ class BatchedLocalHFGenerator:
 def _request(input_ids: list[int], sampling_params: dict[str, Any]) -> _Request:
     if not input_ids:
         raise ValueError("input_ids is empty: a generation needs at least one prompt token")
-    return _Request(input_ids=[int(t) for t in input_ids], params=_SamplingParams.from_dict(sampling_params))
+    return _Request(input_ids=[int(t) for t in input_ids], params=SamplingParams.from_dict(sampling_params))
