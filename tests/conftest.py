@@ -1,4 +1,11 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, and slime's own code on the path.
+
+slime is the reference for every type and call site our hooks meet, so the test session puts slime's
+source on `sys.path` before any test imports `shopsimrl`: an installed slime, else `SLIME_SRC`, else
+the vendored v0.3.1 subset at ../shared/vendor/slime-v0.3.1 (ARCHITECTURE.md). With it,
+`shopsimrl.contract` hands every test slime's own `Sample` and `DynamicFilterOutput`, and subprocesses
+inherit it through PYTHONPATH. Without it (a user's clone) the replicas are used and the tests that
+need slime's code skip with the reason (`requires_slime`).
 
 `wandb_offline` isolates W&B completely for one test: offline mode, every wandb directory, HOME and
 NETRC under the test's tmp_path, no telemetry, and none of the run-selecting variables of the host.
@@ -11,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import slime_source  # noqa: E402,F401  (puts slime's code on sys.path before any test imports shopsimrl)
 
 # Variables that would make a test depend on the host: credentials, run selection, our own switch.
 _HOST_WANDB_VARS = (

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import torch
 
 from shopsimrl.config.options import options_from_args
+from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
@@ -41,15 +42,13 @@ from shopsimrl.metrics import names as m
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR
 from shopsimrl.rollout.datasource import TaskGroupSource
-from shopsimrl.rollout.metadata import trajectory_key
-from shopsimrl.rollout.oversampling import Decision, OverSampler, as_filter_output
+from shopsimrl.rollout.oversampling import Decision, OverSampler
 from shopsimrl.rollout.retries import (
     RETRY_MODE_ATTR,
     RetryMode,
     run_pending_retries,
     sampling_params_from_args,
 )
-from shopsimrl.rollout.sample import DynamicFilterOutput, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -240,11 +239,7 @@ class LocalDriver:
                         f"group has {len(group)} samples, n_samples_per_prompt is {args.n_samples_per_prompt}"
                     )
                 all_data.append(group)
-                output = (
-                    as_filter_output(self.hooks.dynamic_filter(args, group))
-                    if self.hooks.dynamic_filter is not None
-                    else DynamicFilterOutput(keep=True)
-                )
+                output = call_dynamic_filter(self.hooks.dynamic_filter, args, group)
                 group_index = leaves(group[0])[0].group_index
                 decision = sampler.on_group_completed(group_index, output)
                 decisions[group_index] = decision

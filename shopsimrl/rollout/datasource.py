@@ -23,7 +23,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shopsimrl.rollout.sample import Sample
+from shopsimrl.contract import Sample
 from shopsimrl.shop import Catalog, Task, get_task
 from shopsimrl.storage import atomic_write_text
 from shopsimrl.storage.jsonl import dumps_record
