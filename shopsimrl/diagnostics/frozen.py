@@ -42,13 +42,13 @@ def write_frozen(
     count = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_OPEN + "\n")
+            handle.write(_OPEN)
             for row in rows:
-                if count:
-                    handle.write(",\n")
+                handle.write(",\n" if count else "\n")
                 handle.write(json.dumps(row, separators=(",", ":")))
                 count += 1
-            handle.write("\n],\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
+            # Without rows the list closes on the opening line: no blank row line for the reader.
+            handle.write(("\n]" if count else "]") + ",\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -61,9 +61,14 @@ def write_frozen(
 def iter_frozen(path: Path) -> Iterator[dict[str, Any]]:
     """Stream the rows of a file written by `write_frozen` (one row per line)."""
     with open(path, encoding="utf-8") as handle:
-        if handle.readline().strip() != _OPEN:
+        first = handle.readline().strip()
+        if first.startswith(_OPEN + "]"):
+            return  # a run with no history rows
+        if first != _OPEN:
             raise ValueError(f"{path}: not a frozen history file of schema {FROZEN_SCHEMA_VERSION}")
         for line in handle:
             if line.startswith("]"):
                 return
+            if not line.strip():
+                continue  # the empty row line of files written before 0-row runs were handled
             yield json.loads(line.rstrip().removesuffix(","))
