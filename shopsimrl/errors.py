@@ -56,3 +56,12 @@ class TornRecordError(ValueError):
         self.line_number = line_number
         self.reason = reason
         super().__init__(f"{path}:{line_number}: unreadable JSONL record ({reason})")
+
+
+class RecordFormatError(ValueError):
+    """A file of the audit record cannot be read by this version (bad JSON, unknown schema_version)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")

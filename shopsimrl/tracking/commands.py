@@ -70,6 +70,7 @@ def verify_command(stage_dir: Path, run_file: Path | None, run_path: str | None)
 
     Example: shopsimrl wandb verify runs/qwen35-4b-round-000/train
     """
+    from shopsimrl.errors import RecordFormatError
     from shopsimrl.tracking.offline_reader import OfflineRunFormatError
     from shopsimrl.tracking.verify import offline_history, online_history, stage_run_file, verify_stage
 
@@ -84,7 +85,7 @@ def verify_command(stage_dir: Path, run_file: Path | None, run_path: str | None)
             history = offline_history(path)
             source = str(path)
         report = verify_stage(stage_dir, history)
-    except (FileNotFoundError, OfflineRunFormatError) as exc:
+    except (FileNotFoundError, OfflineRunFormatError, RecordFormatError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"verify {stage_dir} against {source}")
     for line in report.lines():
