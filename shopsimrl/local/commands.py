@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from shopsimrl.config.files import parse_yaml
 from shopsimrl.errors import ConfigError
 
 DEFAULT_DEMO_CONFIG = Path("configs/local/demo.yaml")
@@ -23,7 +23,7 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. model.name=tiny)", param_hint="--set")
-        overrides[key] = yaml.safe_load(raw)
+        overrides[key] = parse_yaml(raw, f"--set {item}")
     return overrides
 
 
@@ -36,6 +36,8 @@ def _load(config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None
         raise click.ClickException(str(exc)) from None
     except FileNotFoundError:
         raise click.ClickException(f"config file not found: {config_path}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read config file {config_path}: {exc.strerror or exc}") from None
 
 
 def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:

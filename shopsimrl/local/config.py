@@ -18,9 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shopsimrl.config.files import load_yaml_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
 from shopsimrl.errors import ConfigError
 
@@ -199,11 +199,7 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
 
 def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
+    raw = load_yaml_file(path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value, str(path))
     return run_config_from_mapping(raw, str(path))
