@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from shopsimrl.diagnostics.tables import (
     is_update_key,
     split_rows,
 )
-from shopsimrl.storage import atomic_write_json, atomic_write_text
+from shopsimrl.storage import atomic_write_json, atomic_write_text, open_temp
 
 SCHEMA_VERSION = 1
 ROLLOUT_CSV = "rollout_steps.csv"
@@ -280,7 +279,7 @@ class _AtomicText:
 
     def __enter__(self) -> Any:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent)
+        fd, self.tmp = open_temp(self.path)
         self.handle = os.fdopen(fd, "w", encoding="utf-8", newline="")
         return self.handle
 

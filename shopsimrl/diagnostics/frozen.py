@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from shopsimrl.storage import open_temp
 
 FROZEN_SCHEMA_VERSION = 1
 _OPEN = f'{{"schema_version": {FROZEN_SCHEMA_VERSION}, "history": ['
@@ -38,7 +39,7 @@ def write_frozen(
     `run(row_count)` gives the run record, called after the last row.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = open_temp(path)
     count = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -6,6 +6,7 @@ from shopsimrl.storage.atomic import (
     atomic_write_many,
     atomic_write_text,
     json_bytes,
+    open_temp,
 )
 from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
 
@@ -17,5 +18,6 @@ __all__ = [
     "atomic_write_many",
     "atomic_write_text",
     "json_bytes",
+    "open_temp",
     "read_jsonl",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,11 +18,28 @@ from typing import Any
 _FSYNC_THREADS = 16
 
 
+def open_temp(target: Path) -> tuple[int, str]:
+    """Create a hidden temp file beside `target`: `(fd, path)`, opened for writing.
+
+    Created with mode 0o666 like `open()` creates files, so the process umask decides the final
+    permissions (tempfile.mkstemp would make every record 0600, unreadable to a tools container or
+    a teammate, while metrics.jsonl is 0644).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for _ in range(100):
+        name = str(target.parent / f".{target.name}.tmp-{secrets.token_hex(4)}")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue  # a name of another writer (or a leftover): draw again
+    raise FileExistsError(f"no free temp name beside {target} after 100 tries")
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` atomically and durably; creates parent directories."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    fd, tmp_name = open_temp(target)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -52,7 +69,7 @@ def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Pat
         for path, data in files.items():
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+            fd, tmp_name = open_temp(target)
             temps.append((tmp_name, target))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

@@ -34,7 +34,7 @@ def append_jsonl(path: str | os.PathLike[str], record: Any, *, fsync: bool = Fal
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     line = (dumps_record(record) + "\n").encode("utf-8")
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides, as open()
     try:
         written = os.write(fd, line)
         if written != len(line):
