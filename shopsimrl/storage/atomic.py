@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.storage.faults import storage_error
+
 # fsyncs in flight at once: the filesystem commits concurrent fsyncs in one journal transaction.
 _FSYNC_THREADS = 16
 
@@ -36,22 +38,31 @@ def open_temp(target: Path) -> tuple[int, str]:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` atomically and durably; creates parent directories."""
+    """Write `data` to `path` atomically and durably; creates parent directories.
+
+    A write the machine refuses (disk full, read-only, permission) raises `StorageError` naming
+    `path` and the cause; the old file, if any, stays intact.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = open_temp(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = open_temp(target)
+    except OSError as exc:
+        raise storage_error(target, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         # Clean up the temp file on any failure (full disk, signal): the old file stays intact.
         try:
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise storage_error(target, exc) from exc
         raise
     _fsync_directory(target.parent)
     return target
@@ -65,24 +76,30 @@ def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Pat
     fsyncs per file (which dominate writing a step's group traces on a virtual disk).
     """
     temps: list[tuple[str, Path]] = []
+    current: Path | None = None  # the file being written, for the error message
     try:
         for path, data in files.items():
-            target = Path(path)
+            current = target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = open_temp(target)
             temps.append((tmp_name, target))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
+        current = None
         with ThreadPoolExecutor(max_workers=max(1, min(_FSYNC_THREADS, len(temps)))) as pool:
             list(pool.map(_fsync_file, [tmp for tmp, _ in temps]))
         for tmp_name, target in temps:
+            current = target
             os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         for tmp_name, _ in temps:
             try:
                 os.unlink(tmp_name)
             except FileNotFoundError:
                 pass
+        if isinstance(exc, OSError):
+            where = current if current is not None else Path(os.path.commonpath([str(t) for _, t in temps]))
+            raise storage_error(where, exc) from exc
         raise
     for directory in sorted({target.parent for _, target in temps}):
         _fsync_directory(directory)
