@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.storage import open_temp
+from shopsimrl.storage import SPACE_ERRNOS, open_temp, storage_error
 
 FROZEN_SCHEMA_VERSION = 1
 _OPEN = f'{{"schema_version": {FROZEN_SCHEMA_VERSION}, "history": ['
@@ -38,8 +38,11 @@ def write_frozen(
 
     `run(row_count)` gives the run record, called after the last row.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = open_temp(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = open_temp(path)
+    except OSError as exc:
+        raise storage_error(path, exc) from exc
     count = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -53,9 +56,11 @@ def write_frozen(
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
+            raise storage_error(path, exc) from exc
+        raise  # a read error of the source is the source's, not a failed write
     return count
 
 

@@ -8,9 +8,11 @@ from shopsimrl.storage.atomic import (
     json_bytes,
     open_temp,
 )
+from shopsimrl.storage.faults import SPACE_ERRNOS, os_error_cause, storage_error, writable_dir_problem
 from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
 
 __all__ = [
+    "SPACE_ERRNOS",
     "JsonlReadResult",
     "append_jsonl",
     "atomic_write_bytes",
@@ -19,5 +21,8 @@ __all__ = [
     "atomic_write_text",
     "json_bytes",
     "open_temp",
+    "os_error_cause",
     "read_jsonl",
+    "storage_error",
+    "writable_dir_problem",
 ]

@@ -25,6 +25,11 @@ _CAUSES = {
     errno.ENAMETOOLONG: "file name too long",
 }
 
+# Errors a write can hit after its file was opened: the disk ran out of space. (Read-only and
+# permission faults surface when the file is created.) Streaming writers that also read while they
+# write convert only these, so a read error of their source is not reported as a failed write.
+SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 # Faults of the machine or its configuration, never of our code: the CLI reports them in one line.
 ENVIRONMENT_ERRNOS = frozenset(_CAUSES) - {errno.EEXIST, errno.EISDIR}
 

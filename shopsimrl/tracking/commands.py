@@ -142,6 +142,7 @@ def export_command(
     Example: shopsimrl wandb export --group qwen35-4b-round-000 --group qwen35-4b-round-001 --offline-dir wandb
     """
     from shopsimrl.diagnostics import ExportError, OfflineHistorySource, OnlineHistorySource, export_history
+    from shopsimrl.errors import StorageError
     from shopsimrl.tracking.settings import WandbSettings
 
     try:
@@ -160,7 +161,7 @@ def export_command(
         result = export_history(
             list(groups), source, out_dir, updates_per_rollout=updates_per_rollout, plots=not no_plots
         )
-    except (ExportError, ConfigError) as exc:
+    except (ExportError, ConfigError, StorageError) as exc:
         raise click.ClickException(str(exc)) from exc
     totals = result.summary["totals"]
     click.echo(

@@ -201,3 +201,12 @@ def test_a_run_without_history_rows_is_exported_with_zero_rows(wandb_offline, tm
         frozen = json.loads((out / run["frozen_file"]).read_text())
         assert len(frozen["history"]) == run["history_rows"]
     assert [row["rollout/raw_reward"] for row in _csv(out / "rollout_steps.csv")] == ["0.5"]
+
+
+def test_cli_export_into_a_read_only_directory_is_one_line(exported, wandb_offline_module, read_only_dir):
+    out, cause = read_only_dir
+    args = ["export", "--offline-dir", str(wandb_offline_module.wandb_dir), "--out", str(out), "--no-plots"]
+    result = CliRunner().invoke(wandb_group, [*args, "--group", GROUPS[0]])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith(f"Error: cannot write {out}/runs/R0_") and line.endswith(f".json: {cause}")
