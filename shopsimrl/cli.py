@@ -33,6 +33,21 @@ class LazyGroup(click.Group):
         module_name, _, attribute = target.partition(":")
         return getattr(importlib.import_module(module_name), attribute)
 
+    def invoke(self, ctx: click.Context) -> object:
+        # A write the machine refused (disk full, read-only, permission denied) is not a bug of ours:
+        # one line with the path and the cause, exit 1, from whichever command hit it.
+        from shopsimrl.errors import StorageError
+        from shopsimrl.storage.faults import ENVIRONMENT_ERRNOS, os_error_cause
+
+        try:
+            return super().invoke(ctx)
+        except StorageError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            if exc.errno not in ENVIRONMENT_ERRNOS or not exc.filename:
+                raise
+            raise click.ClickException(f"{exc.filename}: {os_error_cause(exc)}") from exc
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="shopsimrl")

@@ -19,6 +19,7 @@ import torch
 
 from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
+from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
@@ -100,14 +101,21 @@ def run_training(
     echo: Callable[[str], None] = print,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises."""
+    """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises.
+
+    Before anything expensive, `check_startup` refuses a used run directory, unwritable outputs and a
+    warm start that cannot fit `max_turns` (StartupError; no failure record: nothing ran).
+    """
     started = time.perf_counter()
     settings = settings or WandbSettings.from_env()
     if settings.group is None:
         # One group per round: without WANDB_GROUP, the W&B group is the run directory's group.
         settings = replace(settings, group=config.run.group)
     stage_dir = config.stage_dir
-    stage_dir.mkdir(parents=True, exist_ok=True)
+    # Catalog and split are cheap and deterministic: built first, so the start-up checks can use them.
+    catalog = generate_catalog(seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products)
+    tasks = load_split(catalog, config.shopsim.split)
+    check_startup(config, settings, catalog, tasks)
     config_dict = config.model_dump(mode="json")
     logger_box: dict[str, StageLogger] = {}
 
@@ -123,10 +131,6 @@ def run_training(
         result = RunResult(
             config=config, summary_line=line, stage_dir=stage_dir, model_load_seconds=load_seconds
         )
-        catalog = generate_catalog(
-            seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
-        )
-        tasks = load_split(catalog, config.shopsim.split)
         # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
         generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
         if config.warm_start.enabled:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import tempfile
 import threading
 import time
 import warnings
@@ -28,7 +27,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.storage import append_jsonl, atomic_write_json
+from shopsimrl.storage import append_jsonl, atomic_write_json, writable_dir_problem
 from shopsimrl.tracking.axes import merged_axes
 from shopsimrl.tracking.secrets import scrub_secrets
 from shopsimrl.tracking.settings import ENV_CACHE_DIR, ENV_DATA_DIR, WandbMode, WandbSettings
@@ -316,6 +315,20 @@ class StageLogger:
             self._previous_sigterm = None
 
 
+def wandb_dir_problems(settings: WandbSettings) -> list[str]:
+    """Each of WANDB_DIR, WANDB_DATA_DIR and WANDB_CACHE_DIR that cannot be created or written, with the cause."""
+    problems: list[str] = []
+    for label, path in (
+        ("WANDB_DIR", settings.dir),
+        ("WANDB_DATA_DIR", settings.data_dir),
+        ("WANDB_CACHE_DIR", settings.cache_dir),
+    ):
+        cause = writable_dir_problem(path)
+        if cause:
+            problems.append(f"{label} {path}: {cause}")
+    return problems
+
+
 def prepare_wandb_dirs(settings: WandbSettings) -> None:
     """Create WANDB_DIR and its data/cache dirs, refuse them if not writable, and point wandb at them.
 
@@ -324,30 +337,12 @@ def prepare_wandb_dirs(settings: WandbSettings) -> None:
     default to `$HOME`, which is usually not persistent: `WandbSettings` puts them under WANDB_DIR
     unless set explicitly, and this exports them for wandb (which reads them only from the environment).
     """
-    problems: list[str] = []
-    for label, path in (
-        ("WANDB_DIR", settings.dir),
-        ("WANDB_DATA_DIR", settings.data_dir),
-        ("WANDB_CACHE_DIR", settings.cache_dir),
-    ):
-        problem = _writable_dir_problem(path)
-        if problem:
-            problems.append(f"{label} {path}: {problem}")
+    problems = wandb_dir_problems(settings)
     if problems:
         raise ConfigError("W&B directories", problems)
     # wandb reads these two only from the environment (no Settings field); wandb-core inherits them.
     os.environ[ENV_DATA_DIR] = str(settings.data_dir)
     os.environ[ENV_CACHE_DIR] = str(settings.cache_dir)
-
-
-def _writable_dir_problem(path: Path) -> str | None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
-            pass
-    except OSError as exc:
-        return f"not a writable directory ({type(exc).__name__}: {exc.strerror or exc})"
-    return None
 
 
 def _raise_system_exit(signum: int, _frame: FrameType | None) -> None:
