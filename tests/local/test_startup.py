@@ -148,3 +148,23 @@ def test_a_warm_start_that_cannot_fit_max_turns_is_refused_before_the_model_load
     )
     assert match is not None, str(excinfo.value)
     assert int(match.group(1)) > 2
+
+
+def test_two_demos_write_two_run_directories_in_one_wandb_group(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)  # the demo config names the skillbank relative to the repository
+    sets = [
+        f"run.runs_root={tmp_path / 'runs'}", "model.name=tiny", "model.trainable_top_layers=null",
+        "warm_start.enabled=false", "driver.num_rollout=1", "driver.rollout_batch_size=1",
+        "driver.over_sampling_batch_size=1", "driver.n_samples_per_prompt=2", "driver.global_batch_size=2",
+        "driver.rollout_max_response_len=8", "shopsim.max_turns=2", "shopsim.max_new_tokens_per_turn=8",
+        "shopsim.catalog={seed: 0, num_products: 200}",
+    ]  # fmt: skip
+    args = ["demo", *[token for item in sets for token in ("--set", item)]]
+    for _ in range(2):
+        result = CliRunner().invoke(train, args, env={"USE_WANDB": "0"})
+        assert result.exit_code == 0, result.output
+    stages = sorted((tmp_path / "runs").glob("local-demo-round-000-*/train"))
+    assert len(stages) == 2
+    for stage in stages:
+        steps = [r["_step"] for r in read_jsonl(stage / "metrics.jsonl").records]
+        assert steps == list(range(len(steps)))  # one run per file: _step never restarts
