@@ -57,7 +57,8 @@ def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:
 
 
 def _utc_suffix() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # To the microsecond: two smokes started in the same second still get two run directories.
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
 def demo_run_group(base: str) -> str:
@@ -66,7 +67,7 @@ def demo_run_group(base: str) -> str:
     A demo is re-run as a matter of course; each run gets its own directory (a run directory is
     never shared, docs/local_backend.md) while W&B keeps all demos in the one group `base`.
     """
-    return f"{base}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}"
+    return f"{base}-{_utc_suffix()}"
 
 
 set_option = click.option(
