@@ -16,8 +16,21 @@ from pathlib import Path
 from shopsimrl.behavior.episode import EpisodeFacts, group_episodes
 from shopsimrl.behavior.plots import render_plots
 from shopsimrl.behavior.report import REPORT_FILE, render_report
-from shopsimrl.behavior.run_source import ProblemLog, RunSource, SlimeStep, iter_traces, resolve_run, slime_steps
-from shopsimrl.behavior.tables import EPISODE_COLUMNS, EPISODES_CSV, StreamingCsv, episode_row, write_aggregate_tables
+from shopsimrl.behavior.run_source import (
+    ProblemLog,
+    RunSource,
+    SlimeStep,
+    iter_traces,
+    resolve_run,
+    slime_steps,
+)
+from shopsimrl.behavior.tables import (
+    EPISODE_COLUMNS,
+    EPISODES_CSV,
+    StreamingCsv,
+    episode_row,
+    write_aggregate_tables,
+)
 from shopsimrl.behavior.tally import Tally
 from shopsimrl.records import GroupTrace
 from shopsimrl.storage import atomic_write_text
@@ -77,7 +90,9 @@ def analyze_runs(run_dirs: Sequence[str | os.PathLike[str]], out_dir: Path = DEF
     files = [out_dir / EPISODES_CSV, *write_aggregate_tables(out_dir, tally, slime)]
     plots = render_plots(out_dir, tally, slime)
     report = atomic_write_text(out_dir / REPORT_FILE, render_report(sources, tally, slime, plots, problems))
-    return AnalysisResult(out_dir=out_dir, report=report, tally=tally, files=[*files, *plots, report], problems=problems)
+    return AnalysisResult(
+        out_dir=out_dir, report=report, tally=tally, files=[*files, *plots, report], problems=problems
+    )
 
 
 __all__ = ["DEFAULT_OUT", "AnalysisResult", "RunSource", "analyze_runs", "tally_episodes", "tally_traces"]

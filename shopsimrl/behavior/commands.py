@@ -40,4 +40,6 @@ def analyze(run_dirs: tuple[Path, ...], out_dir: Path) -> None:
         click.echo(f"warning: {problem}", err=True)
     tally = result.tally
     episodes = sum(tally.by_arm[(r, "all")].episodes for r in tally.rounds)
-    click.echo(f"{episodes} episodes in {tally.groups} groups of {len(tally.rounds)} round(s) -> {result.report}")
+    click.echo(
+        f"{episodes} episodes in {tally.groups} groups of {len(tally.rounds)} round(s) -> {result.report}"
+    )

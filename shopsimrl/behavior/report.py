@@ -78,8 +78,7 @@ def render_report(
         for arm in tally.arms(round_label):
             c = tally.by_arm[(round_label, arm)]
             modes = ", ".join(
-                f"{mode} {count / c.episodes:.0%}"
-                for mode, count in c.failure_modes.most_common(_TOP_MODES)
+                f"{mode} {count / c.episodes:.0%}" for mode, count in c.failure_modes.most_common(_TOP_MODES)
             )
             lines.append(
                 f"| {round_label} | {arm} | {c.episodes} | {_pct(c.success_rate)} | {_num(c.reward_mean)} | "
@@ -90,8 +89,10 @@ def render_report(
     lines += ["", "## Tool-call mix (all arms)", ""]
     for round_label in tally.rounds:
         c = tally.by_arm[(round_label, ALL_ARMS)]
-        calls = sum(c.tools.values()) + c.invalid_kinds.get("malformed_tool_call", 0) + c.invalid_kinds.get(
-            "unknown_tool", 0
+        calls = (
+            sum(c.tools.values())
+            + c.invalid_kinds.get("malformed_tool_call", 0)
+            + c.invalid_kinds.get("unknown_tool", 0)
         )
         mix = ", ".join(f"`{name}` {count}" for name, count in c.tools.most_common())
         invalid = ", ".join(f"`{kind}` {count}" for kind, count in c.invalid_kinds.most_common())

@@ -113,7 +113,9 @@ def write_aggregate_tables(out_dir: Path, tally: Tally, slime: dict[str, dict[in
                 for kind in sorted(c.invalid_kinds):
                     tool_rows.append([round_label, arm, kind, "invalid", c.invalid_kinds[kind]])
     step_rows = []
-    for (round_label, step), c in sorted(tally.by_step.items(), key=lambda kv: (tally.rounds.index(kv[0][0]), kv[0][1])):
+    for (round_label, step), c in sorted(
+        tally.by_step.items(), key=lambda kv: (tally.rounds.index(kv[0][0]), kv[0][1])
+    ):
         s = slime.get(round_label, {}).get(step, SlimeStep(None, None))
         step_rows.append([
             round_label, step, c.episodes, c.samples, c.turns_per_episode, c.generated_tokens_per_episode,
@@ -121,18 +123,47 @@ def write_aggregate_tables(out_dir: Path, tally: Tally, slime: dict[str, dict[in
             c.sample_truncated_ratio, s.truncated_ratio, c.success_rate, c.reward_mean,
         ])  # fmt: skip
     return [
-        _write_csv(out_dir / BY_ARM_CSV, [
-            "round", "arm", "episodes", "samples", "samples_per_episode", "split_episodes", "scorable",
-            "success_rate", "reward_mean", "model_turns_mean", "model_turns_median",
-            "generated_tokens_per_episode", "generated_tokens_per_sample", "invalid_calls_per_episode",
-            "turn_limit_rate", "sample_truncated_ratio",
-        ], arm_rows),  # fmt: skip
-        _write_csv(out_dir / BY_STEP_CSV, [
-            "round", "rollout_step", "episodes", "samples", "model_turns_per_episode",
-            "generated_tokens_per_episode", "generated_tokens_per_sample_all",
-            "slime_response_len_mean_accepted", "episode_turn_limit_rate", "sample_truncated_ratio_all",
-            "slime_truncated_ratio_accepted", "success_rate", "reward_mean",
-        ], step_rows),  # fmt: skip
+        _write_csv(
+            out_dir / BY_ARM_CSV,
+            [
+                "round",
+                "arm",
+                "episodes",
+                "samples",
+                "samples_per_episode",
+                "split_episodes",
+                "scorable",
+                "success_rate",
+                "reward_mean",
+                "model_turns_mean",
+                "model_turns_median",
+                "generated_tokens_per_episode",
+                "generated_tokens_per_sample",
+                "invalid_calls_per_episode",
+                "turn_limit_rate",
+                "sample_truncated_ratio",
+            ],
+            arm_rows,
+        ),  # fmt: skip
+        _write_csv(
+            out_dir / BY_STEP_CSV,
+            [
+                "round",
+                "rollout_step",
+                "episodes",
+                "samples",
+                "model_turns_per_episode",
+                "generated_tokens_per_episode",
+                "generated_tokens_per_sample_all",
+                "slime_response_len_mean_accepted",
+                "episode_turn_limit_rate",
+                "sample_truncated_ratio_all",
+                "slime_truncated_ratio_accepted",
+                "success_rate",
+                "reward_mean",
+            ],
+            step_rows,
+        ),  # fmt: skip
         _write_csv(out_dir / FAILURE_MODES_CSV, ["round", "arm", "failure_mode", "episodes"], mode_rows),
         _write_csv(out_dir / TOOL_CALLS_CSV, ["round", "arm", "name", "kind", "calls"], tool_rows),
     ]
