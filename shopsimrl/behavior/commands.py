@@ -43,3 +43,50 @@ def analyze(run_dirs: tuple[Path, ...], out_dir: Path) -> None:
     click.echo(
         f"{episodes} episodes in {tally.groups} groups of {len(tally.rounds)} round(s) -> {result.report}"
     )
+
+
+@behavior.command("panels")
+@click.option("--group", help="W&B group (the round), e.g. qwen35-4b-round-000. Default: WANDB_GROUP.")
+@click.option("--project", help="W&B project. Default: WANDB_PROJECT.")
+@click.option("--entity", help="W&B entity (needed to save). Default: WANDB_ENTITY.")
+@click.option("--mode", type=click.Choice(["online", "offline", "disabled"]), help="Default: WANDB_MODE.")
+@click.option(
+    "--skillbank", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Skillbank JSON: one curriculum panel per chunk (else one regex panel for all chunks).",
+)  # fmt: skip
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path),
+    help="Workspace file. Default: artifacts/analysis/workspace-<group>.json.",
+)  # fmt: skip
+@click.option(
+    "--from-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Save a workspace file written earlier (where W&B was unreachable) instead of building one.",
+)  # fmt: skip
+def panels(
+    group: str | None, project: str | None, entity: str | None, mode: str | None, skillbank: Path | None,
+    out: Path | None, from_file: Path | None,
+) -> None:  # fmt: skip
+    """Build the five panel sections of the monitoring guide for a W&B group (panels as code).
+
+    Writes the workspace spec to a file; with USE_WANDB=1, mode online and an entity it also saves it
+    to W&B as a saved view (wandb-workspaces) and prints its URL.
+
+    Example: shopsimrl behavior panels --group qwen35-4b-round-000 --skillbank configs/skillbank.example.json
+
+    Example (later, online): USE_WANDB=1 WANDB_MODE=online shopsimrl behavior panels --from-file artifacts/analysis/workspace-qwen35-4b-round-000.json
+    """
+    from shopsimrl.errors import ConfigError
+    from shopsimrl.tracking import WandbSettings
+    from shopsimrl.tracking.workspace import publish_workspace
+
+    try:
+        settings = WandbSettings.from_env(
+            overrides={"group": group, "project": project, "entity": entity, "mode": mode}
+        )
+        result = publish_workspace(settings, skillbank=skillbank, out=out, from_file=from_file)
+    except (ConfigError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if result.path is not None:
+        click.echo(f"workspace spec for {result.group}: {result.sections} sections -> {result.path}")
+    if result.url is not None:
+        click.echo(f"saved: {result.url}")
