@@ -71,7 +71,7 @@ wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: to
 report: ## Export the W&B history of WANDB_GROUP to artifacts/analysis/wandb [docker: tools image|local]
 	$(call by_runner,report,wandb export --group $(WANDB_GROUP))
 
-behavior: ## Behaviour analysis of WANDB_GROUP's traces (episodes vs Samples) -> artifacts/analysis/behavior [local]
+behavior: setup ## Behaviour analysis of WANDB_GROUP's traces (episodes vs Samples) -> artifacts/analysis/behavior [local]
 	$(SHOPSIMRL) behavior analyze runs/$(WANDB_GROUP)
 
 canary: ## CANARY_TASKS tasks (10) end to end; writes canary_report.json [docker: train image|local]

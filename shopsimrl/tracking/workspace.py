@@ -211,7 +211,7 @@ def build_workspace(sections: Sequence[Section], *, group: str, entity: str, pro
         sections=[
             ws.Section(name=s.name, panels=[panel(p) for p in s.panels], is_open=True) for s in sections
         ],
-        runset_settings=ws.RunsetSettings(filters=[ws.Metric("Group") == group]),
+        runset_settings=ws.RunsetSettings(filters=ws.And(ws.Metric("Group") == group)),
     )
 
 
