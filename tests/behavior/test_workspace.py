@@ -40,7 +40,9 @@ def test_every_panel_key_is_a_declared_metric() -> None:
 
 
 def test_a_panel_naming_an_unknown_metric_is_refused() -> None:
-    renamed = Section("1 learning outcome", (Panel("reward", PanelKind.LINE, keys=("rollout/shopsim/reward_meen",)),))
+    renamed = Section(
+        "1 learning outcome", (Panel("reward", PanelKind.LINE, keys=("rollout/shopsim/reward_meen",)),)
+    )
     regex = Section("2 curriculum", (Panel("chunks", PanelKind.LINE, regex=r"rollout/shopsim/chunks/.*"),))
     table = Section("5 round gate", (Panel("contributions", PanelKind.TABLE, table="gate/contributions"),))
     assert unknown_keys([renamed, regex, table]) == [
@@ -62,7 +64,14 @@ def test_the_regex_panel_matches_every_chunk_curve_and_nothing_else() -> None:
 
 
 def test_workspace_spec_for_the_round_lists_the_five_sections(tmp_path: Path, monkeypatch) -> None:
-    for name in ("USE_WANDB", "WANDB_GROUP", "WANDB_RUN_GROUP", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_MODE"):
+    for name in (
+        "USE_WANDB",
+        "WANDB_GROUP",
+        "WANDB_RUN_GROUP",
+        "WANDB_ENTITY",
+        "WANDB_PROJECT",
+        "WANDB_MODE",
+    ):
         monkeypatch.delenv(name, raising=False)
     out = tmp_path / "workspace.json"
     result = CliRunner().invoke(
@@ -104,7 +113,9 @@ def test_workspace_spec_for_the_round_lists_the_five_sections(tmp_path: Path, mo
 def test_saving_a_file_without_online_wandb_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("USE_WANDB", "0")
     out = tmp_path / "workspace.json"
-    assert CliRunner().invoke(main, ["behavior", "panels", "--group", GROUP, "--out", str(out)]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["behavior", "panels", "--group", GROUP, "--out", str(out)]).exit_code == 0
+    )
     result = CliRunner().invoke(main, ["behavior", "panels", "--from-file", str(out)])
     assert result.exit_code == 1
     assert result.output == "Error: saving a workspace file needs USE_WANDB=1 and WANDB_MODE=online\n"
