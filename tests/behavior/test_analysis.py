@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from shopsimrl.behavior import (
-    Ending,
-    FailureMode,
-    Tally,
-    analyze_runs,
-    classify_failure,
-)
+from shopsimrl.behavior import Ending, FailureMode, Tally, analyze_runs, classify_failure, group_episodes
 from shopsimrl.cli import main
 from shopsimrl.diagnostics.report import render_report as render_export_report
-from shopsimrl.records import GroupTrace, OutcomeRecord, SegmentTrace, TrajectoryTrace, write_group_trace
+from shopsimrl.records import (
+    GroupTrace,
+    OutcomeRecord,
+    SegmentTrace,
+    TrajectoryTrace,
+    read_group_trace,
+    write_group_trace,
+)
 from shopsimrl.shop import ToolCall, format_tool_call
 from shopsimrl.shop.observations import PolicyFailureKind, error_observation
 from shopsimrl.storage import append_jsonl
@@ -238,18 +239,18 @@ def test_failure_mode_is_the_first_failing_check(
 
 def test_memory_of_the_tally_does_not_grow_with_episodes(tmp_path: Path) -> None:
     build_round(tmp_path / "r")
-    from shopsimrl.behavior import group_episodes
-    from shopsimrl.records import read_group_trace
-
     trace = read_group_trace(tmp_path / "r" / "train" / "traces" / "step-0" / "group-0.json")
     small, large = Tally(), Tally()
     for tally, repeats in ((small, 2), (large, 500)):
         for _ in range(repeats):
             for episode in group_episodes(trace, "r"):
                 tally.add(episode)
-    sizes = lambda t: [
-        (len(c.tools), len(c.turns_hist), len(c.tokens_hist), len(c.endings)) for c in t.by_arm.values()
-    ]  # noqa: E731
+
+    def sizes(t: Tally) -> list[tuple[int, ...]]:
+        return [
+            (len(c.tools), len(c.turns_hist), len(c.tokens_hist), len(c.endings)) for c in t.by_arm.values()
+        ]
+
     assert sizes(small) == sizes(large) and len(small.by_step) == len(large.by_step) == 1
     assert large.by_arm[("r", "all")].episodes == 1000
 
