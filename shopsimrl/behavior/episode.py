@@ -60,7 +60,8 @@ class EpisodeFacts:
 def _messages(trajectory: TrajectoryTrace) -> list[Mapping[str, Any]] | None:
     if any(segment.messages is None for segment in trajectory.segments):
         return None
-    return [m for segment in trajectory.segments for m in segment.messages or () if isinstance(m, Mapping)]
+    # JSON objects are dicts; `type(...) is dict` is the cheap test (an ABC isinstance is not, per message)
+    return [m for segment in trajectory.segments for m in segment.messages or () if type(m) is dict]
 
 
 def _error_kind(observation: Any) -> str | None:
