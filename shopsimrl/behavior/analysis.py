@@ -85,7 +85,10 @@ def analyze_runs(run_dirs: Sequence[str | os.PathLike[str]], out_dir: Path = DEF
     out_dir.mkdir(parents=True, exist_ok=True)
     with StreamingCsv(out_dir / EPISODES_CSV, EPISODE_COLUMNS) as episodes_csv:
         for source in sources:
+            before = tally.groups + tally.retry_groups_skipped
             tally_traces(iter_traces(source, problems), source.round_label, tally, episodes_csv)
+            if tally.groups + tally.retry_groups_skipped == before:
+                problems.append(f"{source.traces_dir}: no readable group trace")
             slime[source.round_label] = slime_steps(source, problems)
     files = [out_dir / EPISODES_CSV, *write_aggregate_tables(out_dir, tally, slime)]
     plots = render_plots(out_dir, tally, slime)
