@@ -28,7 +28,7 @@ export WANDB_GROUP
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight train-smoke train wandb-sync report canary shell \
+.PHONY: help setup test test-slow lint demo preflight train-smoke train wandb-sync report behavior canary shell \
 	images pin-images
 
 help: ## List the targets with a one-line description ([runner] = where RUNNER applies)
@@ -70,6 +70,9 @@ wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: to
 
 report: ## Export the W&B history of WANDB_GROUP to artifacts/analysis/wandb [docker: tools image|local]
 	$(call by_runner,report,wandb export --group $(WANDB_GROUP))
+
+behavior: setup ## Behaviour analysis of WANDB_GROUP's traces (episodes vs Samples) -> artifacts/analysis/behavior [local]
+	$(SHOPSIMRL) behavior analyze runs/$(WANDB_GROUP)
 
 canary: ## CANARY_TASKS tasks (10) end to end; writes canary_report.json [docker: train image|local]
 	$(call by_runner,canary,canary --tasks $(CANARY_TASKS))

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "shop": "shopsimrl.shop.commands:shop",
     "tasks": "shopsimrl.rollout.commands:tasks",
     "monitor": "shopsimrl.metrics.commands:monitor",
+    "behavior": "shopsimrl.behavior.commands:behavior",
     "wandb": "shopsimrl.tracking.commands:wandb_group",
     "train": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",

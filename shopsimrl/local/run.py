@@ -21,6 +21,8 @@ from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
+from shopsimrl.metrics.alerts import AlertConfig
+from shopsimrl.metrics.live_alerts import LiveAlerts
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
@@ -100,6 +102,7 @@ def run_training(
     settings: WandbSettings | None = None,
     echo: Callable[[str], None] = print,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    alert_config: AlertConfig | None = None,
 ) -> RunResult:
     """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises.
 
@@ -163,6 +166,7 @@ def run_training(
             tags=[f"mode:{config.run.mode.value}", "backend:local"],
         ) as logger:
             logger_box["logger"] = logger
+            logger.add_listener(LiveAlerts(stage_dir, alert_config))  # monitor check's rules, live
             driver = LocalDriver(
                 config,
                 model=model,

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from shopsimrl.errors import ConfigError
 from shopsimrl.storage import append_jsonl, atomic_write_json, writable_dir_problem
@@ -52,6 +52,27 @@ class LoggerState(StrEnum):
     WANDB_FAILED = "wandb_failed"  # init failed: the stage goes on with local files only
     FINISHED = "finished"
     FAILED = "failed"  # finished with a non-zero exit code
+
+
+class LogListener(Protocol):
+    """Called after every `log` (the row is already on disk) and once when the logger finishes.
+
+    The live alert rules (shopsimrl.metrics.live_alerts) are one; a listener must not raise for bad
+    data: an exception propagates into the training loop like any other bug.
+    """
+
+    def on_log(self, logger: StageLogger, metrics: Mapping[str, Any]) -> None: ...
+
+    def on_finish(self, logger: StageLogger) -> None: ...
+
+
+class AlertDelivery(StrEnum):
+    """What `StageLogger.alert` did with an alert (the local alert log records it)."""
+
+    SENT = "sent"  # handed to W&B's run.alert (online run)
+    OFFLINE = "offline"  # W&B offline: an alert replayed at sync time would be stale, so none is sent
+    NO_RUN = "no_run"  # W&B off or failed: local log only
+    FAILED = "failed"  # run.alert raised; counted in wandb_status.json
 
 
 class StageLogger:
@@ -88,6 +109,7 @@ class StageLogger:
         self.exit_code: int | None = None
         self._started = False
         self._previous_sigterm: Any = None
+        self.listeners: list[LogListener] = []
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -131,6 +153,8 @@ class StageLogger:
         """Finish the W&B run (flushes the offline file) and restore the SIGTERM handler. Idempotent."""
         if not self._started:
             return
+        for listener in self.listeners:
+            listener.on_finish(self)  # before run.finish, so a last alert still reaches W&B
         self._restore_sigterm()
         if self.run is not None and self.state is LoggerState.RUNNING:
             try:
@@ -155,6 +179,25 @@ class StageLogger:
                 self.run.log(dict(metrics))
             except Exception as exc:
                 self._record_failure("log", exc)
+        for listener in self.listeners:
+            listener.on_log(self, metrics)
+
+    def add_listener(self, listener: LogListener) -> None:
+        self.listeners.append(listener)
+
+    def alert(self, title: str, text: str, level: str = "WARN") -> AlertDelivery:
+        """W&B's own alert (`run.alert`) when the run is online; returns what was done with it."""
+        if self.run is None or self.state is not LoggerState.RUNNING:
+            return AlertDelivery.NO_RUN
+        if self.settings.mode is not WandbMode.ONLINE:
+            return AlertDelivery.OFFLINE
+        try:
+            # W&B limits titles to 64 characters and throttles repeats of one title (wait_duration).
+            self.run.alert(title=title[:63], text=text, level=level)
+        except Exception as exc:
+            self._record_failure("alert", exc)
+            return AlertDelivery.FAILED
+        return AlertDelivery.SENT
 
     def log_table(self, key: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
         """Write the table to `<stage_dir>/tables/<key>.json`, then log it to W&B as a Table.
