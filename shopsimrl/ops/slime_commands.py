@@ -74,6 +74,23 @@ def check_model(model_dir: Path) -> None:
     click.echo(f"{model_dir}: config, tokenizer and weights present")
 
 
+@slime.command("check-converted")
+@click.option("--hf-checkpoint", required=True, help="the Hugging Face model directory it was converted from")
+@click.option("--ref-load", required=True, help="the converted torch_dist directory")
+@click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
+def check_converted(hf_checkpoint: str, ref_load: str, model_args: tuple[str, ...]) -> None:
+    """Check that a converted checkpoint is complete and was made from this HF config and these flags.
+
+    Example: shopsimrl slime check-converted --hf-checkpoint /models/Qwen3.5-4B --ref-load checkpoints/base/Qwen3.5-4B_torch_dist -- --num-layers 32
+    """
+    from shopsimrl.ops.model_files import converted_checkpoint_problems
+
+    problems = converted_checkpoint_problems(ref_load, hf_checkpoint, model_args)
+    if problems:
+        _fail(problems)
+    click.echo(f"{ref_load}: converted from {hf_checkpoint} with these model arguments")
+
+
 @slime.command("write-manifest")
 @click.option("--hf-checkpoint", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
