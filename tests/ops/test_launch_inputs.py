@@ -1,0 +1,139 @@
+"""A real (non-dry) launch of scripts/run_shopsimrl_slime.sh with `ray` replaced by a recorder.
+
+Every input is checked before anything starts: a missing model directory, a model cache entry without
+its weights, a missing converted checkpoint or prompt file each give one named line, exit code 2, no
+Ray command and no directory created. A complete launch directory runs `ray stop/start/job submit`
+and creates its outputs under the launch directory only (never /workspace on a host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ops_helpers import _LAUNCH_VARS, ROOT, value_of
+
+from shopsimrl.rollout.datasource import export_prompt_data
+from shopsimrl.shop import generate_catalog, load_split
+
+MODEL_ARGS_CONFIG = {"num_hidden_layers": 32, "hidden_size": 2560, "intermediate_size": 9216,
+                     "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 248320}
+SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+
+
+@pytest.fixture
+def launch_dir(tmp_path: Path) -> Path:
+    """A launch directory like the container's /workspace: configs/, plus a fake slime and `ray`."""
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    (tmp_path / "slime").mkdir()
+    (tmp_path / "slime/train.py").write_text("# slime's train.py stand-in\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {tmp_path}/ray.log\n')
+    (bin_dir / "ray").chmod(0o755)
+    return tmp_path
+
+
+def _model_dir(root: Path, *, shards_present: bool = True, config: dict | None = None) -> Path:
+    model = root / "models/Qwen3.5-4B"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": config or MODEL_ARGS_CONFIG}))
+    (model / "tokenizer_config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    (model / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 8}, "weight_map": {"a": SHARDS[0], "b": SHARDS[1]}}))
+    if shards_present:
+        for shard in SHARDS:
+            (model / shard).write_bytes(b"\0" * 8)
+    return model
+
+
+def _launch(launch_dir: Path, config: str = "configs/slime/formal.env", **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    clean.update({"PATH": f"{launch_dir}/bin:{os.environ['PATH']}", "PYTHON": sys.executable,
+                  "SLIME_DIR": str(launch_dir / "slime"), "MODELS_DIR": str(launch_dir / "models"),
+                  "WANDB_GROUP": "round-test", "NCCL_NVLS_ENABLE": "0", **env})
+    return subprocess.run(["bash", str(ROOT / "scripts/run_shopsimrl_slime.sh"), config], cwd=launch_dir, env=clean,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _convert(launch_dir: Path, model: Path) -> Path:
+    """What `make convert` leaves: Megatron's tracker, the release dir and our manifest (real command)."""
+    ref = launch_dir / "checkpoints/base/Qwen3.5-4B_torch_dist"
+    (ref / "release").mkdir(parents=True)
+    (ref / "latest_checkpointed_iteration.txt").write_text("release")
+    model_args = subprocess.run(["bash", "-c", "source configs/slime/models/qwen3.5-4B.sh; printf '%s\\n' \"${MODEL_ARGS[@]}\""],
+                                cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    subprocess.run([sys.executable, "-m", "shopsimrl.cli", "slime", "write-manifest", "--hf-checkpoint", str(model),
+                    "--out", str(ref), "--", *model_args], cwd=ROOT, check=True, capture_output=True)
+    return ref
+
+
+def _prompts(launch_dir: Path) -> None:
+    export_prompt_data(load_split(generate_catalog(seed=0, num_products=2000), "train", limit=2),
+                       launch_dir / "runs/prompts/shopsim_train.jsonl")
+
+
+def _created(launch_dir: Path) -> list[str]:
+    return sorted(p.name for p in launch_dir.iterdir())
+
+
+def test_missing_model_directory_stops_before_ray(launch_dir: Path):
+    run = _launch(launch_dir)
+    assert run.returncode == 2
+    models = launch_dir / "models/Qwen3.5-4B"
+    assert f"error: model directory not found: {models}" in run.stderr
+    assert f"error: converted checkpoint not found: {launch_dir}/checkpoints/base/Qwen3.5-4B_torch_dist" in run.stderr
+    assert f"error: prompt data not found: {launch_dir}/runs/prompts/shopsim_train.jsonl" in run.stderr
+    assert "nothing was started" in run.stderr
+    assert not (launch_dir / "ray.log").exists()
+    assert _created(launch_dir) == ["bin", "configs", "slime"]
+
+
+def test_model_cache_entry_without_weights_names_the_missing_files(launch_dir: Path):
+    model = _model_dir(launch_dir, shards_present=False)
+    _convert(launch_dir, model)
+    _prompts(launch_dir)
+    run = _launch(launch_dir)
+    assert run.returncode == 2
+    assert f"error: {model}: missing 2 of 2 weight file(s): {SHARDS[0]}, {SHARDS[1]}" in run.stderr
+    assert "Traceback" not in run.stderr and "sentencepiece" not in run.stderr
+    assert not (launch_dir / "ray.log").exists()
+    assert not (launch_dir / "runs/round-test").exists()
+
+
+def test_architecture_flags_that_disagree_with_config_json_stop_the_launch(launch_dir: Path):
+    model = _model_dir(launch_dir)
+    _convert(launch_dir, model)
+    # The HF checkpoint changed after the conversion (another model in the same directory).
+    (model / "config.json").write_text(json.dumps({"text_config": {**MODEL_ARGS_CONFIG, "num_hidden_layers": 36}}))
+    _prompts(launch_dir)
+    run = _launch(launch_dir)
+    assert run.returncode == 2
+    assert "error: --num-layers 32 but config.json num_hidden_layers=36 (configs/slime/models/*.sh vs" in run.stderr
+    assert f"{launch_dir}/checkpoints/base/Qwen3.5-4B_torch_dist was converted from another config.json" in run.stderr
+    assert not (launch_dir / "ray.log").exists()
+
+
+def test_complete_launch_starts_ray_and_writes_only_under_the_launch_directory(launch_dir: Path):
+    workspace_existed = Path("/workspace").exists()
+    model = _model_dir(launch_dir)
+    _convert(launch_dir, model)
+    _prompts(launch_dir)
+    run = _launch(launch_dir, HOST_UID="1234", HOST_GID="5678")
+    assert run.returncode == 0, run.stderr
+    calls = (launch_dir / "ray.log").read_text().splitlines()
+    assert [c.split()[:2] for c in calls] == [["stop", "--force"], ["start", "--head"], ["job", "submit"]]
+    submit = calls[2].split()
+    options_file = launch_dir / "runs/round-test/train/shopsim_options.yaml"
+    assert value_of(submit, "--custom-config-path") == str(options_file)
+    text = options_file.read_text()
+    assert f"run_dir: {launch_dir}/runs/round-test/train" in text
+    assert "/workspace" not in text
+    assert _created(launch_dir) == ["bin", "checkpoints", "configs", "models", "ray.log", "runs", "slime"]
+    assert Path("/workspace").exists() == workspace_existed
