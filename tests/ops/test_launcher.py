@@ -186,7 +186,7 @@ def test_dry_run_plan_shows_conversion_prompt_shape_credentials_and_ownership(co
     assert value_of(run.submit, "--ref-load") == ref_load
     conversion = run.plan["conversion"]
     assert "`make convert`" in conversion
-    assert (f"torchrun --nproc-per-node 1 /root/slime/tools/convert_hf_to_torch_dist.py --spec "
+    assert ("torchrun --nproc-per-node 1 /root/slime/tools/convert_hf_to_torch_dist.py --spec "
             "slime_plugins.models.qwen3_5 get_qwen3_5_spec") in conversion
     assert conversion.endswith(f"--hf-checkpoint /models/Qwen3.5-4B --save {ref_load}.partial")
     assert '[{"role": "user", "content": <instruction>}]' in run.plan["prompts"]
