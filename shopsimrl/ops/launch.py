@@ -62,6 +62,7 @@ def resolve_options(config_path: str | Path, group: str, base_dir: str | Path) -
     except ConfigError as exc:
         raise LaunchError([str(exc)]) from None
     document = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    _check_retry_mode(document, config_path)
     section = dict(document[OPTIONS_KEY])
     base = Path(base_dir)
     section["run_dir"] = _absolute(str(section["run_dir"]).replace(GROUP_PLACEHOLDER, group), base)
@@ -72,6 +73,19 @@ def resolve_options(config_path: str | Path, group: str, base_dir: str | Path) -
     except ConfigError as exc:
         raise LaunchError([str(exc)]) from None
     return {**document, OPTIONS_KEY: section}, options
+
+
+def _check_retry_mode(document: dict[str, Any], config_path: str | Path) -> None:
+    """The launcher always colocates training and SGLang: refuse retry modes that race that."""
+    from types import SimpleNamespace
+
+    from shopsimrl.rollout.retries import RETRY_MODE_ATTR, retry_mode
+
+    if RETRY_MODE_ATTR in document:
+        try:
+            retry_mode(SimpleNamespace(colocate=True, **{RETRY_MODE_ATTR: document[RETRY_MODE_ATTR]}))
+        except ValueError as exc:
+            raise LaunchError([f"{config_path}: {exc}"]) from None
 
 
 def input_problems(

@@ -255,3 +255,14 @@ def test_two_gpu_smoke_profile():
     argv = dry_run("configs/slime/smoke-2gpu.env").submit
     assert value_of(argv, "--actor-num-gpus-per-node") == "2"
     assert value_of(argv, "--n-samples-per-prompt") == "4" and "--save" not in argv
+
+
+def test_background_retries_are_refused_at_launch_because_the_launcher_colocates(tmp_path: Path):
+    plugin = tmp_path / "bg.yaml"
+    plugin.write_text((ROOT / "configs/shopsim.formal.yaml").read_text() + "shopsim_retry_mode: background\n")
+    config = tmp_path / "bg.env"
+    config.write_text((ROOT / "configs/slime/formal.env").read_text() + f"SHOPSIM_CONFIG={plugin}\n")
+    run = dry_run(str(config))
+    assert run.returncode == 2
+    assert f"error: {plugin}: shopsim_retry_mode=background needs engines that are not colocated" in run.stderr
+    assert "--colocate" in dry_run("configs/slime/formal.env").submit
