@@ -16,14 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from ops_helpers import _LAUNCH_VARS, ROOT, value_of
-
-from shopsimrl.rollout.datasource import export_prompt_data
-from shopsimrl.shop import generate_catalog, load_split
-
-MODEL_ARGS_CONFIG = {"num_hidden_layers": 32, "hidden_size": 2560, "intermediate_size": 9216,
-                     "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 248320}
-SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+from ops_helpers import (
+    _LAUNCH_VARS,
+    MODEL_ARGS_CONFIG,
+    ROOT,
+    SHARDS,
+    converted_checkpoint,
+    model_dir,
+    prompt_data,
+    value_of,
+)
 
 
 @pytest.fixture
@@ -39,20 +41,6 @@ def launch_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _model_dir(root: Path, *, shards_present: bool = True, config: dict | None = None) -> Path:
-    model = root / "models/Qwen3.5-4B"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": config or MODEL_ARGS_CONFIG}))
-    (model / "tokenizer_config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    (model / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": 8}, "weight_map": {"a": SHARDS[0], "b": SHARDS[1]}}))
-    if shards_present:
-        for shard in SHARDS:
-            (model / shard).write_bytes(b"\0" * 8)
-    return model
-
-
 def _launch(launch_dir: Path, config: str = "configs/slime/formal.env", **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
     clean.update({"PATH": f"{launch_dir}/bin:{os.environ['PATH']}", "PYTHON": sys.executable,
@@ -60,23 +48,6 @@ def _launch(launch_dir: Path, config: str = "configs/slime/formal.env", **env: s
                   "WANDB_GROUP": "round-test", "NCCL_NVLS_ENABLE": "0", **env})
     return subprocess.run(["bash", str(ROOT / "scripts/run_shopsimrl_slime.sh"), config], cwd=launch_dir, env=clean,
                           capture_output=True, text=True, timeout=120, check=False)
-
-
-def _convert(launch_dir: Path, model: Path) -> Path:
-    """What `make convert` leaves: Megatron's tracker, the release dir and our manifest (real command)."""
-    ref = launch_dir / "checkpoints/base/Qwen3.5-4B_torch_dist"
-    (ref / "release").mkdir(parents=True)
-    (ref / "latest_checkpointed_iteration.txt").write_text("release")
-    model_args = subprocess.run(["bash", "-c", "source configs/slime/models/qwen3.5-4B.sh; printf '%s\\n' \"${MODEL_ARGS[@]}\""],
-                                cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
-    subprocess.run([sys.executable, "-m", "shopsimrl.cli", "slime", "write-manifest", "--hf-checkpoint", str(model),
-                    "--out", str(ref), "--", *model_args], cwd=ROOT, check=True, capture_output=True)
-    return ref
-
-
-def _prompts(launch_dir: Path) -> None:
-    export_prompt_data(load_split(generate_catalog(seed=0, num_products=2000), "train", limit=2),
-                       launch_dir / "runs/prompts/shopsim_train.jsonl")
 
 
 def _created(launch_dir: Path) -> list[str]:
@@ -96,9 +67,9 @@ def test_missing_model_directory_stops_before_ray(launch_dir: Path):
 
 
 def test_model_cache_entry_without_weights_names_the_missing_files(launch_dir: Path):
-    model = _model_dir(launch_dir, shards_present=False)
-    _convert(launch_dir, model)
-    _prompts(launch_dir)
+    model = model_dir(launch_dir, shards_present=False)
+    converted_checkpoint(launch_dir, model)
+    prompt_data(launch_dir)
     run = _launch(launch_dir)
     assert run.returncode == 2
     assert f"error: {model}: missing 2 of 2 weight file(s): {SHARDS[0]}, {SHARDS[1]}" in run.stderr
@@ -108,11 +79,11 @@ def test_model_cache_entry_without_weights_names_the_missing_files(launch_dir: P
 
 
 def test_architecture_flags_that_disagree_with_config_json_stop_the_launch(launch_dir: Path):
-    model = _model_dir(launch_dir)
-    _convert(launch_dir, model)
+    model = model_dir(launch_dir)
+    converted_checkpoint(launch_dir, model)
     # The HF checkpoint changed after the conversion (another model in the same directory).
     (model / "config.json").write_text(json.dumps({"text_config": {**MODEL_ARGS_CONFIG, "num_hidden_layers": 36}}))
-    _prompts(launch_dir)
+    prompt_data(launch_dir)
     run = _launch(launch_dir)
     assert run.returncode == 2
     assert "error: --num-layers 32 but config.json num_hidden_layers=36 (configs/slime/models/*.sh vs" in run.stderr
@@ -122,9 +93,9 @@ def test_architecture_flags_that_disagree_with_config_json_stop_the_launch(launc
 
 def test_complete_launch_starts_ray_and_writes_only_under_the_launch_directory(launch_dir: Path):
     workspace_existed = Path("/workspace").exists()
-    model = _model_dir(launch_dir)
-    _convert(launch_dir, model)
-    _prompts(launch_dir)
+    model = model_dir(launch_dir)
+    converted_checkpoint(launch_dir, model)
+    prompt_data(launch_dir)
     run = _launch(launch_dir, HOST_UID="1234", HOST_GID="5678")
     assert run.returncode == 0, run.stderr
     calls = (launch_dir / "ray.log").read_text().splitlines()
