@@ -65,17 +65,26 @@ def _weight_files(model_dir: Path) -> tuple[list[str], list[str]]:
     ]
 
 
+def tokenizer_problems(model_dir: str | Path) -> list[str]:
+    """Missing tokenizer files of a model directory, each named."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        return [f"model directory not found: {path}"]
+    problems = []
+    if not (path / "tokenizer_config.json").is_file():
+        problems.append(f"{path}: missing tokenizer_config.json")
+    if not any(all((path / name).is_file() for name in names) for names in _TOKENIZER_FILE_SETS):
+        problems.append(f"{path}: no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)")
+    return problems
+
+
 def hf_model_problems(model_dir: str | Path) -> list[str]:
     """Missing or placeholder files of a Hugging Face model directory, each named."""
     path = Path(model_dir)
     if not path.is_dir():
         return [f"model directory not found: {path}"]
-    problems = []
-    for required in ("config.json", "tokenizer_config.json"):
-        if not (path / required).is_file():
-            problems.append(f"{path}: missing {required}")
-    if not any(all((path / name).is_file() for name in names) for names in _TOKENIZER_FILE_SETS):
-        problems.append(f"{path}: no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)")
+    problems = [] if (path / "config.json").is_file() else [f"{path}: missing config.json"]
+    problems += tokenizer_problems(path)
     weights, listing_problems = _weight_files(path)
     problems += listing_problems
     missing = [name for name in weights if not (path / name).is_file()]
