@@ -30,15 +30,16 @@ TRACKER_NAME = "latest_checkpointed_iteration.txt"  # Megatron's tracker; slime 
 _LFS_POINTER_PREFIX = b"version https://git-lfs"
 _TOKENIZER_FILE_SETS = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 
-# Megatron flag -> HF config key (read from `text_config` when the checkpoint is a VL model).
+# Megatron flag -> HF config key (read from `text_config` when the checkpoint is a VL model): the
+# pairs slime v0.3.1 itself validates at start-up (`_hf_validate_args` in
+# slime/backends/megatron_utils/arguments.py), checked here before Ray starts. Compared as numbers.
 ARCHITECTURE_KEYS: tuple[tuple[str, str], ...] = (
     ("--num-layers", "num_hidden_layers"),
     ("--hidden-size", "hidden_size"),
     ("--ffn-hidden-size", "intermediate_size"),
     ("--num-attention-heads", "num_attention_heads"),
-    ("--num-query-groups", "num_key_value_heads"),
-    ("--kv-channels", "head_dim"),
-    ("--vocab-size", "vocab_size"),
+    ("--norm-epsilon", "rms_norm_eps"),
+    ("--rotary-base", "rope_theta"),
 )
 
 
@@ -121,10 +122,13 @@ def flag_values(model_args: Sequence[str]) -> dict[str, str]:
 def architecture_problems(model_args: Sequence[str], hf_config: dict[str, Any]) -> list[str]:
     """Megatron architecture flags that disagree with the HF config (keys the config lacks are skipped)."""
     flags = flag_values(model_args)
-    config = text_config(hf_config)
+    config = dict(text_config(hf_config))
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope:  # newer configs keep it there, as slime reads it
+        config["rope_theta"] = rope["rope_theta"]
     problems = []
     for flag, key in ARCHITECTURE_KEYS:
-        if flag in flags and key in config and str(config[key]) != flags[flag]:
+        if flag in flags and key in config and float(config[key]) != float(flags[flag]):
             problems.append(f"{flag} {flags[flag]} but config.json {key}={config[key]}")
     return problems
 

@@ -47,10 +47,14 @@ def test_git_lfs_pointers_and_missing_weights(tmp_path: Path):
         f"{model}: git-lfs pointer(s) instead of weights: model.safetensors (run `git lfs pull`)"]
 
 
-def test_architecture_compared_with_text_config():
-    config = {"text_config": {"num_hidden_layers": 32, "hidden_size": 2048, "vocab_size": 248320}}
-    assert architecture_problems(["--num-layers", "32", "--hidden-size", "2560", "--swiglu"], config) == [
-        "--hidden-size 2560 but config.json hidden_size=2048"]
+def test_architecture_compared_with_text_config_as_slime_validates_it():
+    config = {"text_config": {"num_hidden_layers": 32, "hidden_size": 2048, "rms_norm_eps": 1e-06,
+                              "rope_parameters": {"rope_theta": 5000000}}}
+    flags = ["--num-layers", "32", "--hidden-size", "2560", "--swiglu", "--norm-epsilon", "1e-6",
+             "--rotary-base", "10000000"]
+    assert architecture_problems(flags, config) == [
+        "--hidden-size 2560 but config.json hidden_size=2048",
+        "--rotary-base 10000000 but config.json rope_theta=5000000"]
 
 
 def test_converted_checkpoint_states(tmp_path: Path):
