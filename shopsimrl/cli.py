@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "train": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",
     "canary": "shopsimrl.ops.commands:canary",
+    "slime": "shopsimrl.ops.slime_commands:slime",
 }
 
 

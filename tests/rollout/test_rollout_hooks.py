@@ -173,7 +173,7 @@ def test_prompt_data_is_what_the_hooks_read(tmp_path, catalog):
     tasks = load_split(catalog, "train")[:3]
     assert export_prompt_data(tasks, path) == 3
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0] == {"prompt": tasks[0].instruction, "label": tasks[0].task_id,
-                        "metadata": {"schema_version": 1, "task_id": tasks[0].task_id, "split": "train"}}
+    assert lines[0] == {"prompt": [{"role": "user", "content": tasks[0].instruction}], "label": tasks[0].task_id,
+                        "metadata": {"schema_version": 2, "task_id": tasks[0].task_id, "split": "train"}}
     text = path.read_text()
     assert not [pid for task in tasks for pid in task.gold.gold_product_ids if pid in text]
