@@ -3,40 +3,28 @@
 Qwen3.5 checkpoints ship a processor config, so slime's `load_processor` returns a vision-language
 processor and `Dataset` asserts that each prompt is a list of messages. The model directory here is
 built in the test (tiny byte-level tokenizer + a PIL image processor saved as a processor config),
-and slime's `load_tokenizer`/`load_processor`/`Dataset` do the rest. Skipped with the reason when
-slime's source is absent (a user's clone without ../shared): set SLIME_SRC to a slime checkout.
+and slime's `load_tokenizer`/`load_processor`/`Dataset` do the rest. slime's source comes from
+tests/slime_source.py; skipped with the reason when it is absent (a user's clone without ../shared).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 
 import pytest
+from slime_source import SLIME_SOURCE_NOTE, SLIME_SRC
 
 from shopsimrl.models.tiny import tiny_tokenizer
 from shopsimrl.rollout.datasource import export_prompt_data, task_for_sample
 from shopsimrl.shop import generate_catalog, load_split
 
-ROOT = Path(__file__).resolve().parents[2]
-_VENDORED = ROOT.parent / "shared" / "vendor" / "slime-v0.3.1"
-
-
-def _slime_src() -> Path | None:
-    for candidate in (os.environ.get("SLIME_SRC"), str(_VENDORED)):
-        if candidate and (Path(candidate) / "slime" / "utils" / "data.py").is_file():
-            return Path(candidate)
-    return None
-
 
 @pytest.fixture(scope="module")
 def slime_data():
-    src = _slime_src()
-    if src is None:
-        pytest.skip(f"slime v0.3.1 source not found (set SLIME_SRC; looked in {_VENDORED})")
-    for path in (src, src / "tests" / "plugin_contracts"):
+    if SLIME_SRC is None:
+        pytest.skip(SLIME_SOURCE_NOTE)
+    for path in (SLIME_SRC, SLIME_SRC / "tests" / "plugin_contracts"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
     from _shared import install_stubs  # slime's own stub of Ray for its CPU tests
