@@ -146,6 +146,7 @@ class WarmStartConfig(_Strict):
 class RunSection(_Strict):
     group: str = Field("local-round-000", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
     runs_root: str = "runs"
+    checkpoints_root: str = "checkpoints"  # checkpoints land in <checkpoints_root>/<group>/rollout-<id>
     mode: RunMode = RunMode.TRAIN
 
 
@@ -161,6 +162,10 @@ class RunConfig(_Strict):
     @property
     def stage_dir(self) -> Path:
         return Path(self.run.runs_root) / self.run.group / "train"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.run.checkpoints_root) / self.run.group
 
 
 def run_config_from_mapping(raw: Any, source: str) -> RunConfig:

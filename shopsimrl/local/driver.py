@@ -39,6 +39,7 @@ from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, Tr
 from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.slime_rollout_metrics import perf_metrics, sample_metrics, train_side_rollout_metrics
 from shopsimrl.metrics import names as m
+from shopsimrl.models.checkpoint import should_save
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR
 from shopsimrl.rollout.datasource import TaskGroupSource
@@ -333,10 +334,14 @@ class LocalDriver:
         if results:
             self.on_event("retries", {"count": len(results)})
 
-    def run(self) -> list[RolloutReport]:
+    def run(self, save: Callable[[int], None] | None = None) -> list[RolloutReport]:
+        """All rollouts; `save(rollout_id)` runs after each rollout that slime's `--save-interval` rule picks."""
         reports = []
         for rollout_id in range(self.args.start_rollout_id, self.args.num_rollout):
             reports.append(self.run_rollout(rollout_id))
+            if save is not None and should_save(rollout_id, self.config.driver.save_interval, self.args.num_rollout):
+                save(rollout_id)
+                self.on_event("checkpoint", {"rollout_id": rollout_id})
         return reports
 
 

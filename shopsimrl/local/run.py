@@ -23,6 +23,7 @@ from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.metrics.alerts import AlertConfig
 from shopsimrl.metrics.live_alerts import LiveAlerts
+from shopsimrl.models.checkpoint import CheckpointInfo, checkpoint_dir_name, save_checkpoint
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
@@ -43,6 +44,7 @@ class RunResult:
     run_id: str | None = None
     model_load_seconds: float = 0.0
     elapsed_seconds: float = 0.0
+    checkpoints: list[CheckpointInfo] = field(default_factory=list)  # in save order; the last is final
 
 
 def load_model(config: RunConfig) -> tuple[Any, Any, float]:
@@ -178,7 +180,10 @@ def run_training(
                 use_wandb=logger.wandb_enabled,
                 on_event=on_event,
             )
-            result.reports = driver.run()
+            result.reports = driver.run(save=lambda rollout_id: result.checkpoints.append(
+                save_checkpoint(model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),
+                                rollout_id=rollout_id)
+            ))
             result.wandb_run_file = logger.wandb_run_file
             result.run_id = run_id()
     result.elapsed_seconds = time.perf_counter() - started

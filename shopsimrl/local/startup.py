@@ -50,6 +50,20 @@ def run_dir_problems(stage_dir: Path) -> list[str]:
     return [] if cause is None else [f"run directory {stage_dir}: {cause}"]
 
 
+def checkpoint_dir_problems(config: RunConfig) -> list[str]:
+    """A run that saves checkpoints needs a checkpoint directory no earlier run of its group used."""
+    if config.driver.save_interval is None:
+        return []
+    directory = config.checkpoint_dir
+    if directory.is_dir() and any(directory.iterdir()):
+        return [
+            f"checkpoint directory {directory} already holds checkpoints of an earlier run; give this run "
+            "its own group (--set run.group=NEW-NAME) or move them away"
+        ]
+    cause = writable_dir_problem(directory)
+    return [] if cause is None else [f"checkpoint directory {directory}: {cause}"]
+
+
 def expert_turns_needed(catalog: Catalog, task: Task) -> int:
     """Turns the noiseless expert takes to check out `task` (the environment is deterministic)."""
     env = ShopEnv(catalog, max_turns=_EXPERT_TURN_CAP)
@@ -84,5 +98,6 @@ def check_startup(config: RunConfig, settings: WandbSettings, catalog: Catalog, 
     if settings.enabled:
         problems += wandb_dir_problems(settings)
     problems += warm_start_problems(config, catalog, tasks)
+    problems += checkpoint_dir_problems(config)
     if problems:
         raise StartupError(problems)
