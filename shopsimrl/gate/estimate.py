@@ -108,7 +108,8 @@ def estimate_effects(
 
     y = np.array([obs.delta for obs in observations], dtype=np.float64)
     d = np.array([obs.indicators for obs in observations], dtype=np.float64).reshape(len(observations), k)
-    groups = np.array([tasks.index(obs.task_id) for obs in observations])
+    cluster_of = {task: index for index, task in enumerate(tasks)}
+    groups = np.array([cluster_of[obs.task_id] for obs in observations])
     usable = [j for j in range(k) if np.ptp(d[:, j]) > 0]
     reasons = {j: "its indicator never varied across the scored pairs" for j in range(k) if j not in usable}
     x = np.column_stack([np.ones(len(y)), d[:, usable]])
