@@ -30,6 +30,10 @@ from typing import Any
 
 import numpy as np
 
+# Cluster-robust standard errors are too small with few clusters (Cameron & Miller 2015): below this
+# many tasks with a scored pair the gate estimates nothing and decides nothing.
+MIN_TASKS = 20
+
 
 class Status(StrEnum):
     SELECTED = "selected"
@@ -102,8 +106,11 @@ def estimate_effects(
     tasks = sorted({obs.task_id for obs in observations})
     if k == 0:
         return Estimate((), len(observations), len(tasks), None, None)
-    if len(tasks) < 2 or len(observations) <= k + 1:
-        reason = f"{len(observations)} scored pairs from {len(tasks)} tasks: too few to estimate {k} effects"
+    if len(tasks) < MIN_TASKS or len(observations) <= k + 1:
+        reason = (
+            f"{len(observations)} scored pairs from {len(tasks)} tasks: too few to estimate {k} effects "
+            f"(clustered standard errors need at least {MIN_TASKS} tasks)"
+        )
         return Estimate(_undecided(candidates, reason), len(observations), len(tasks), None, None)
 
     y = np.array([obs.delta for obs in observations], dtype=np.float64)
