@@ -71,7 +71,9 @@ class DesignConfig(_Strict):
     seed: int = Field(0, ge=0, description="seeds the masks and the per-pair sampling seeds")
     split: Literal["validation"] = "validation"  # never seen by the Analyst (it reads train triage only)
     outcome: Outcome = Outcome.SUCCESS
-    alpha: float = Field(0.05, gt=0, lt=0.5, description="family-wise error rate of each decision (Holm)")
+    alpha: float = Field(
+        0.025, gt=0, lt=0.5, description="one-sided family-wise error rate of each decision (Holm); 0.025 = a 95% interval"
+    )
     min_effect: float = Field(0.10, gt=0, le=1, description="smallest effect worth keeping (the rejection bound)")
 
     @property

@@ -12,7 +12,8 @@ are not independent), with t inference on (tasks - 1) degrees of freedom.
 
 Selection rule, with Holm's step-down correction across the K candidates for each family:
 
-* `selected`: the one-sided test of H0 beta_k <= 0 rejects at alpha (adjusted);
+* `selected`: the one-sided test of H0 beta_k <= 0 rejects at alpha (adjusted); with the default
+  alpha = 0.025 that is "the Holm-adjusted two-sided 95% interval lies above 0";
 * `rejected`: otherwise, the one-sided test of H0 beta_k >= min_effect rejects at alpha (adjusted):
   the candidate is credibly worse than the smallest effect worth keeping (harmful ones included);
 * `insufficient`: neither (or the data cannot identify beta_k): more pairs are needed.
@@ -60,7 +61,7 @@ class Effect:
     intervention_id: str
     coefficient: float | None
     se: float | None
-    ci_low: float | None  # two-sided (1 - alpha) interval, not adjusted
+    ci_low: float | None  # two-sided (1 - 2 alpha) interval, not adjusted: 95% at alpha = 0.025
     ci_high: float | None
     p_benefit: float | None  # one-sided, H0: beta <= 0
     p_benefit_adjusted: float | None  # Holm across the K candidates
@@ -135,7 +136,7 @@ def estimate_effects(
     df = int(fit.df_resid_inference)  # tasks - 1: statsmodels' t degrees of freedom for clustered errors
     coef = {j: float(fit.params[i + 1]) for i, j in enumerate(usable)}
     se = {j: float(fit.bse[i + 1]) for i, j in enumerate(usable)}
-    ci = fit.conf_int(alpha=alpha)
+    ci = fit.conf_int(alpha=2 * alpha)
     bounds = {j: (float(ci[i + 1][0]), float(ci[i + 1][1])) for i, j in enumerate(usable)}
     p_benefit: dict[int, float] = {}
     p_below: dict[int, float] = {}
