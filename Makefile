@@ -20,6 +20,8 @@ COMPOSE ?= docker compose --env-file docker/versions.env $(if $(wildcard .env),-
 WANDB_DIR ?= wandb
 WANDB_GROUP ?= qwen35-4b-round-000
 CANARY_TASKS ?= 10
+# The gate's config: the round's SGLang config in the container, the demo config on the CPU backend.
+GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
 # compose.yaml reads these: files in the bind mounts belong to the host user; the group names the report.
 export HOST_UID := $(shell id -u)
 export HOST_GID := $(shell id -g)
@@ -28,7 +30,7 @@ export WANDB_GROUP
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight train-smoke train wandb-sync report canary shell \
+.PHONY: help setup test test-slow lint demo preflight train-smoke train gate wandb-sync report canary shell \
 	images pin-images
 
 help: ## List the targets with a one-line description ([runner] = where RUNNER applies)
@@ -64,6 +66,9 @@ train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [d
 
 train: ## A formal training round [docker: slime|local: CPU]
 	$(call by_runner,train,train run --config configs/local/train.yaml)
+
+gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
+	$(call by_runner,gate,train online-gate $(GATE_CONFIG))
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))
