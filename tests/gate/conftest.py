@@ -9,12 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from shopsimrl.gate.manifest import file_sha256
-from shopsimrl.rollout.candidates import CandidatePool, Intervention, Operation
-
-REPO = Path(__file__).resolve().parents[2]
-SKILLBANK_EXAMPLE = REPO / "configs" / "skillbank.example.json"
+from gate_helpers import SKILLBANK_EXAMPLE, candidate_pool
 
 
 @pytest.fixture(scope="session")
@@ -27,34 +22,6 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tiny_model(tokenizer, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
-
-
-def candidate_pool(skillbank: Path, round_name: str = "round-000") -> CandidatePool:
-    """Three interventions, one of each operation, against the example skillbank."""
-    return CandidatePool(
-        round=round_name,
-        skillbank_sha256=file_sha256(skillbank),
-        interventions=(
-            Intervention(
-                intervention_id="int-add-compare",
-                logical_chunk_id="compare-prices",
-                operation=Operation.ADD,
-                text="Compare the price of every candidate with the ceiling before adding it to the cart.",
-                proposal_id="prop-add",
-            ),
-            Intervention(
-                intervention_id="int-revise-search",
-                logical_chunk_id="search-with-filters",
-                operation=Operation.REVISE,
-                text="Search with the product type and one distinctive attribute; filter by the price ceiling.",
-            ),
-            Intervention(
-                intervention_id="int-remove-verify",
-                logical_chunk_id="verify-before-cart",
-                operation=Operation.REMOVE,
-            ),
-        ),
-    )
 
 
 @pytest.fixture
