@@ -66,3 +66,29 @@ def test_sigkilled_gate_resumes_to_byte_identical_contributions(gate_files, tmp_
     assert [[r["status"] for r in rows] for rows in selected][0] == [[r["status"] for r in rows] for rows in selected][1]
     assert (gate_dir / "selected_skillbank.json").read_bytes() == (reference / "selected_skillbank.json").read_bytes()
     assert _final(gate_dir) == _final(reference)  # every episode sampled the same tokens (same seeds)
+
+
+def test_sigterm_stops_the_gate_and_logs_only_coverage_and_complete_zero(gate_files, tmp_path):
+    config = gate_files()
+    gate_dir = tmp_path / "term" / "round-000" / "gate"
+    process = subprocess.Popen(_command(config, tmp_path / "term"), env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            evaluations = gate_dir / "evaluations.jsonl"
+            if evaluations.exists() and evaluations.read_bytes().count(b"\n") >= 2:
+                break
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+    metrics = read_jsonl(gate_dir / "metrics.jsonl").records
+    assert len(metrics) == 1
+    logged = {k: v for k, v in metrics[0].items() if not k.startswith("_")}
+    assert logged.keys() == {"gate/coverage", "gate/complete"} and logged["gate/complete"] == 0
+    assert 0 < logged["gate/coverage"] < 1
+    assert not (gate_dir / "contributions.json").exists()
