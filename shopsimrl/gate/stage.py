@@ -92,8 +92,9 @@ def run_gate(
     gate_dir = config.gate_dir
     inputs = _load_inputs(config)
     candidates = [item.intervention_id for item in inputs.pool.interventions]
+    # Without a candidate there is nothing to compare: no episode runs and the skillbank stays as it is.
     design = build_design(
-        [task.task_id for task in inputs.tasks],
+        [task.task_id for task in inputs.tasks] if candidates else [],
         candidates=candidates,
         replicates=config.design.replicates,
         pairing=config.design.pairing,

@@ -162,3 +162,17 @@ def test_incomplete_gate_logs_only_coverage_complete_zero_and_the_files_it_has(g
     assert [(a.name, sorted(a.files)) for a in run.artifacts] == [
         ("shopsimrl-gate", ["mask_assignments.json", "online_gate_manifest.json"])]
     assert run.exit_code == 1
+
+
+def test_an_empty_pool_runs_no_episode_and_keeps_the_skillbank(gate_files, tmp_path):
+    path = gate_files()
+    pool = tmp_path / "candidate_pool.json"
+    raw = json.loads(pool.read_text())
+    raw["interventions"] = []
+    pool.write_text(json.dumps(raw))
+    config = load_gate_config(path)
+    result = run_gate(config, echo=_quiet)
+    assert (result.planned, result.complete, result.coverage) == (0, True, 1.0)
+    assert not (config.gate_dir / "evaluations.jsonl").exists()
+    assert result.document["contributions"] == []
+    assert load_skillbank(config.gate_dir / "selected_skillbank.json") == load_skillbank(config.inputs.skillbank)
