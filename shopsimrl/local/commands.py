@@ -83,6 +83,9 @@ def train() -> None:
     """
 
 
+train.add_command(__import__("shopsimrl.gate.commands", fromlist=["online_gate"]).online_gate)
+
+
 @train.command("demo")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_DEMO_CONFIG, show_default=True

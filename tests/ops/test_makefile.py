@@ -26,8 +26,8 @@ def listed_targets() -> list[str]:
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
     assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
-                                "train-smoke", "train", "wandb-sync", "report", "behavior", "canary", "shell",
-                                "images", "pin-images"]
+                                "train-smoke", "train", "gate", "wandb-sync", "report", "behavior", "canary",
+                                "shell", "images", "pin-images"]
 
 
 @pytest.mark.parametrize("runner", ["docker", "local"])
@@ -52,13 +52,14 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("report", "RUNNER=local", "WANDB_GROUP=g1") == f"{cli} wandb export --group g1"
     assert _last_line("behavior", "WANDB_GROUP=g1") == f"{cli} behavior analyze runs/g1"
     assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
+    assert _last_line("gate", "RUNNER=local") == f"{cli} train online-gate configs/local/gate.yaml"
     assert _last_line("preflight", "RUNNER=local") == f"{cli} preflight --runner local"
     assert _last_line("pin-images") == "bash docker/pin_images.sh docker/versions.env"
 
 
 def test_docker_runner_runs_the_compose_service():
     compose = "docker compose --env-file docker/versions.env"
-    for target in ("convert", "train-smoke", "train", "wandb-sync", "report", "canary"):
+    for target in ("convert", "train-smoke", "train", "gate", "wandb-sync", "report", "canary"):
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"
