@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from shopsimrl.errors import ConfigError
@@ -32,21 +31,6 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(block)
-    return digest.hexdigest()
-
-
-def directory_sha256(path: str | os.PathLike[str]) -> str:
-    """Hash of a checkpoint directory: every regular file's relative path and bytes, in sorted order."""
-    root = Path(path)
-    if not root.is_dir():
-        raise ConfigError(str(path), ["checkpoint directory not found"])
-    digest = hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
-    if not files:
-        raise ConfigError(str(path), ["checkpoint directory holds no files"])
-    for file in files:
-        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(file_sha256(file).encode() + b"\n")
     return digest.hexdigest()
 
 

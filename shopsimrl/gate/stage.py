@@ -27,7 +27,6 @@ from shopsimrl.gate.estimate import Estimate, PairObservation, estimate_effects
 from shopsimrl.gate.manifest import (
     build_manifest,
     check_resume,
-    directory_sha256,
     file_sha256,
     json_sha256,
     task_set_sha256,
@@ -47,6 +46,7 @@ from shopsimrl.gate.outputs import (
 )
 from shopsimrl.gate.runner import EVALUATIONS_FILE, EpisodeRunner, EvaluationState, EvaluationStatus, Todo
 from shopsimrl.metrics import names
+from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
 from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
 from shopsimrl.rollout.skillbank import Skillbank, load_skillbank
 from shopsimrl.storage import atomic_write_json
@@ -165,7 +165,16 @@ def _load_inputs(config: GateConfig) -> _Inputs:
     elif not Path(paths.checkpoint).is_dir():
         problems.append(f"inputs.checkpoint: {paths.checkpoint} is not a directory (an HF model directory or 'demo')")
     else:
-        checkpoint_hash = directory_sha256(paths.checkpoint)
+        try:  # a local backend checkpoint is verified against its manifest; any HF directory is hashed
+            checkpoint_hash = checkpoint_sha256(paths.checkpoint)
+        except CheckpointError as exc:
+            problems.append(f"inputs.checkpoint: {exc}")
+    tokenizer_hash = None
+    if paths.tokenizer:
+        try:
+            tokenizer_hash = checkpoint_sha256(paths.tokenizer)
+        except CheckpointError as exc:
+            problems.append(f"inputs.tokenizer: {exc}")
     if paths.proposal_ledger and not Path(paths.proposal_ledger).exists():
         problems.append(f"inputs.proposal_ledger: {paths.proposal_ledger} not found")
     if pool is not None and skillbank is not None:
@@ -193,8 +202,8 @@ def _load_inputs(config: GateConfig) -> _Inputs:
         "candidate_pool": file_sha256(paths.candidate_pool),
         "skillbank": file_sha256(paths.skillbank),
     }
-    if paths.tokenizer:
-        hashes["tokenizer"] = directory_sha256(paths.tokenizer)
+    if tokenizer_hash is not None:
+        hashes["tokenizer"] = tokenizer_hash
     return _Inputs(pool, skillbank, catalog, tasks, hashes)
 
 

@@ -137,6 +137,13 @@ def verify_checkpoint(directory: str | os.PathLike[str]) -> CheckpointInfo:
     return CheckpointInfo(path=root, sha256=recorded, rollout_id=manifest.get("rollout_id"), files=files)
 
 
+def checkpoint_sha256(directory: str | os.PathLike[str]) -> str:
+    """The hash of a model directory: verified against `checkpoint.json` when it has one (ours)."""
+    if (Path(directory) / CHECKPOINT_MANIFEST).is_file():
+        return verify_checkpoint(directory).sha256
+    return directory_sha256(directory)
+
+
 def latest_checkpoint(parent: str | os.PathLike[str]) -> Path:
     """The checkpoint `latest_checkpointed_iteration.txt` in `parent` names (not yet verified)."""
     pointer = Path(parent) / LATEST_FILE

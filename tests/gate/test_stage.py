@@ -176,3 +176,21 @@ def test_an_empty_pool_runs_no_episode_and_keeps_the_skillbank(gate_files, tmp_p
     assert not (config.gate_dir / "evaluations.jsonl").exists()
     assert result.document["contributions"] == []
     assert load_skillbank(config.gate_dir / "selected_skillbank.json") == load_skillbank(config.inputs.skillbank)
+
+
+def test_a_corrupt_training_checkpoint_is_refused_naming_the_path(gate_files, tmp_path):
+    from shopsimrl.errors import ConfigError
+    from shopsimrl.models import tiny_model, tiny_tokenizer
+    from shopsimrl.models.checkpoint import save_checkpoint
+
+    tokenizer = tiny_tokenizer()
+    info = save_checkpoint(tiny_model(tokenizer, seed=0), tokenizer, tmp_path / "ckpt" / "rollout-0001")
+    weights = info.path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConfigError) as error:
+        run_gate(load_gate_config(gate_files(), {"inputs.checkpoint": str(info.path)}), echo=_quiet)
+    [problem] = error.value.problems
+    assert problem.startswith(f"inputs.checkpoint: {info.path}: content hash ")
+    assert problem.endswith(f"does not match the recorded {info.sha256[:12]}")
