@@ -1,0 +1,145 @@
+"""The firewall: candidate skill text must not carry privileged facts.
+
+A text is rejected, with every reason found, when it contains
+1. a product id (`P` and six digits), any product's;
+2. a gold value of an evidence task: its product type, attribute and option values, gold and
+   family product ids, the titles of what its episodes bought;
+3. a price of an evidence task: the price ceiling or a purchased product's price;
+4. text of a validation or test task: a run of `shingle_words` words that occurs in a held-out
+   task's instruction and in no train instruction (so the shared templates do not count);
+5. a term of `firewall.banned_terms`.
+
+Terms are matched as whole words; a term of one or two characters (a size such as "M" or "9")
+only with its exact case, and a number only as a whole number ("9" does not match "19" or "9.5").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from shopsimrl.analyst.cards import FailureCard
+from shopsimrl.analyst.evidence import PRODUCT_ID
+from shopsimrl.shop import Catalog, Split, load_split
+
+_WORD = re.compile(r"[a-z0-9$][a-z0-9$.'-]*")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+def words(text: str) -> list[str]:
+    return [w.rstrip(".") for w in _WORD.findall(text.lower())]
+
+
+def shingles(text: str, n: int) -> set[tuple[str, ...]]:
+    tokens = words(text)
+    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def held_out_shingles(catalog: Catalog, n: int) -> set[tuple[str, ...]]:
+    """Word n-grams of validation and test instructions that no train instruction has."""
+    held: set[tuple[str, ...]] = set()
+    for split in (Split.VALIDATION, Split.TEST):
+        for task in load_split(catalog, split):
+            held |= shingles(task.instruction, n)
+    for task in load_split(catalog, Split.TRAIN):
+        held -= shingles(task.instruction, n)
+    return held
+
+
+def _term_pattern(term: str) -> str:
+    escaped = re.escape(term)
+    if re.fullmatch(r"\d+(\.\d+)?", term):
+        return rf"(?<![\d.]){escaped}(?!\d|\.\d)"
+    body = escaped if len(term) > 2 else f"(?-i:{escaped})"
+    return rf"(?<![A-Za-z0-9']){body}(?![A-Za-z0-9])"
+
+
+@dataclass
+class Firewall:
+    terms: dict[str, str] = field(default_factory=dict)  # term -> why it is banned
+    held_out: set[tuple[str, ...]] = field(default_factory=set)
+    shingle_words: int = 5
+    _pattern: re.Pattern[str] | None = None
+
+    @classmethod
+    def for_evidence(
+        cls,
+        cards: Sequence[FailureCard],
+        *,
+        catalog: Catalog | None = None,
+        banned_terms: Iterable[str] = (),
+        shingle_words: int = 5,
+    ) -> Firewall:
+        wall = cls(shingle_words=shingle_words)
+        for term in banned_terms:
+            wall.ban(term, "banned term")
+        for card in cards:
+            wall.ban_card(card)
+        if catalog is not None:
+            wall.held_out = held_out_shingles(catalog, shingle_words)
+        return wall
+
+    def ban(self, term: object, why: str) -> None:
+        text = str(term).strip()
+        if text and text not in self.terms:
+            self.terms[text] = why
+            self._pattern = None
+
+    def ban_card(self, card: FailureCard) -> None:
+        gold = card.audit.get("gold") or {}
+        where = f"of {card.card_id}"
+        self.ban(gold.get("product_type", ""), f"gold product type {where}")
+        for value in (gold.get("attributes") or {}).values():
+            self.ban(value, f"gold attribute value {where}")
+        for value in (gold.get("options") or {}).values():
+            self.ban(value, f"gold option value {where}")
+        for pid in [*(gold.get("gold_product_ids") or []), *(gold.get("family_product_ids") or {}).values()]:
+            self.ban(pid, f"gold product id {where}")
+        ceiling = gold.get("price_ceiling")
+        if isinstance(ceiling, (int, float)):
+            for text in _price_texts(ceiling):
+                self.ban(text, f"price ceiling {where}")
+        for sibling in card.audit.get("siblings") or []:
+            for line in sibling.get("purchased") or []:
+                self.ban(line.get("title", ""), f"title of a purchased product {where}")
+                if isinstance(line.get("price"), (int, float)):
+                    for text in _price_texts(line["price"]):
+                        self.ban(text, f"price of a purchased product {where}")
+
+    def check(self, text: str) -> Verdict:
+        reasons: list[str] = []
+        for pid in dict.fromkeys(PRODUCT_ID.findall(text)):
+            reasons.append(f"product id {pid!r}")
+        if self.terms:
+            for match in dict.fromkeys(m.group(0) for m in self._compiled().finditer(text)):
+                why = self.terms.get(match) or self._why_casefold(match)
+                if not (PRODUCT_ID.fullmatch(match)):  # already reported above
+                    reasons.append(f"{why}: {match!r}")
+        if self.held_out:
+            for gram in sorted(shingles(text, self.shingle_words) & self.held_out):
+                reasons.append(f"text of a validation/test task: {' '.join(gram)!r}")
+        return Verdict(ok=not reasons, reasons=tuple(reasons))
+
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            # Longest terms first, so "matte black" wins over "black".
+            ordered = sorted(self.terms, key=len, reverse=True)
+            self._pattern = re.compile("|".join(_term_pattern(t) for t in ordered), re.IGNORECASE)
+        return self._pattern
+
+    def _why_casefold(self, match: str) -> str:
+        folded = match.casefold()
+        return next((why for term, why in self.terms.items() if term.casefold() == folded), "banned term")
+
+
+def _price_texts(price: float) -> list[str]:
+    texts = [f"{price:.2f}"]
+    if float(price).is_integer():
+        texts.append(str(int(price)))
+    return texts
