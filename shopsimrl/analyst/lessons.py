@@ -211,6 +211,8 @@ class LlmBackend:
                 return self._error(card, f"connection error to {self.settings.base_url}: {exc}")
             except openai.APIResponseValidationError as exc:
                 return self._error(card, f"unparseable answer: {exc}")
+            except json.JSONDecodeError as exc:  # the client parses the body itself and lets this through
+                return self._error(card, f"unparseable answer: the response body is not JSON ({exc.msg})")
         try:
             content = response.choices[0].message.content if response.choices else None
             text = parse_lesson(content)
