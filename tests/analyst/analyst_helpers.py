@@ -160,3 +160,35 @@ def write_configs(root: Path, group: str = "round-000", **sections: Any) -> Path
 
 def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class ExpertPolicyGenerator:
+    """A `Generator` that plays the scripted expert for whatever task the prompt holds.
+
+    It reads the instruction from the prompt text, keeps a shadow environment of the episode (a new
+    one when the prompt has no assistant turn yet) and answers with the expert's tool-call text
+    followed by <|im_end|>, as a well-trained policy would. For the tiny tokenizer.
+    """
+
+    def __init__(self, cat: Catalog, tasks: list[Task], tokenizer: Any) -> None:
+        from shopsimrl.shop import ExpertPolicy
+
+        self.cat, self.tokenizer = cat, tokenizer
+        self.by_instruction = {t.instruction: t for t in tasks}
+        self.expert = ExpertPolicy(noise=0.0, seed=0)
+        self.env: ShopEnv | None = None
+        self.prompts: list[str] = []
+
+    async def generate(self, input_ids: list[int], sampling_params: dict[str, Any]) -> Any:
+        from shopsimrl.rollout.generators import FinishReason, GenerationResult
+
+        text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
+        self.prompts.append(text)
+        if text.count("<|im_start|>assistant") == 1:
+            task = next(t for instruction, t in self.by_instruction.items() if instruction in text)
+            self.env = ShopEnv(self.cat, max_turns=12)
+            self.env.reset(task=task, seed=0)
+        answer = format_tool_call(self.expert.next_action(self.env), ToolCallFormat.XML)
+        self.env.step(answer)
+        ids = self.tokenizer.encode(answer, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        return GenerationResult(ids, [-0.1] * len(ids), FinishReason.STOP, text=answer + "<|im_end|>")
