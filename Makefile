@@ -20,6 +20,10 @@ COMPOSE ?= docker compose --env-file docker/versions.env $(if $(wildcard .env),-
 WANDB_DIR ?= wandb
 WANDB_GROUP ?= qwen35-4b-round-000
 CANARY_TASKS ?= 10
+ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
+# The analysis run's W&B group is the config's round (run.group) unless WANDB_GROUP is given (env or
+# command line); the Makefile's own default group is not passed on to it.
+ANALYZE_ENV := $(if $(filter file,$(origin WANDB_GROUP)),env -u WANDB_GROUP )
 # compose.yaml reads these: files in the bind mounts belong to the host user; the group names the report.
 export HOST_UID := $(shell id -u)
 export HOST_GID := $(shell id -g)
@@ -28,7 +32,7 @@ export WANDB_GROUP
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight train-smoke train wandb-sync report canary shell \
+.PHONY: help setup test test-slow lint demo preflight train-smoke train analyze wandb-sync report canary shell \
 	images pin-images
 
 help: ## List the targets with a one-line description ([runner] = where RUNNER applies)
@@ -64,6 +68,9 @@ train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [d
 
 train: ## A formal training round [docker: slime|local: CPU]
 	$(call by_runner,train,train run --config configs/local/train.yaml)
+
+analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool, W&B once [docker|local]
+	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm analyze,$(ANALYZE_ENV)$(SHOPSIMRL) training analyze $(ANALYZE_CONFIG) --wandb)
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

@@ -70,9 +70,13 @@ def analyze(config_path: Path, wandb_settings: WandbSettings, keep_cards_local: 
     --wandb --wandb-project "$WANDB_PROJECT" --wandb-group "$WANDB_GROUP"
     """
     from shopsimrl.analyst.sidecar import CardsLockedError, ValidationTaskRefused
-    from shopsimrl.analyst.stage import AnalysisError, run_analysis
+    from shopsimrl.analyst.stage import AnalysisError, check_wandb_group, run_analysis
 
     config = _load(config_path)
+    try:
+        check_wandb_group(config, wandb_settings)
+    except AnalysisError as exc:
+        raise click.ClickException(str(exc)) from None
     notice = upload_notice(wandb_settings)
     if notice and not keep_cards_local:
         click.echo(notice, err=True)

@@ -71,6 +71,15 @@ def skillbank_of(path: str | None) -> tuple[Skillbank, str]:
     return load_skillbank(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def check_wandb_group(config: AnalysisConfig, settings: WandbSettings) -> None:
+    """One W&B group per round: an analysis run filed under another round is hard to find again."""
+    if settings.enabled and settings.group not in (None, config.run.group):
+        raise AnalysisError(
+            f"W&B group {settings.group!r} (--wandb-group / WANDB_GROUP) is not the round {config.run.group!r} "
+            "of the config (run.group); use the same name for both"
+        )
+
+
 def run_analysis(
     config: AnalysisConfig,
     *,
@@ -82,6 +91,7 @@ def run_analysis(
 ) -> AnalysisResult:
     """Run the stage. `policy` = (tokenizer, generator) replaces the configured trial policy."""
     train_dir, analysis_dir = config.train_dir, config.analysis_dir
+    check_wandb_group(config, settings)
     if not train_dir.is_dir():
         raise AnalysisError(f"{train_dir}: no training stage directory; run the round's training first")
     options = load_round_options(config)
@@ -177,9 +187,6 @@ def _log(
     analysis_dir = config.analysis_dir
     if settings.group is None:
         settings = replace(settings, group=config.run.group)
-    elif settings.group != config.run.group:
-        echo(f"warning: W&B group {settings.group!r} is not this config's round {config.run.group!r}; "
-             "the analysis run will not sit beside its training run")  # fmt: skip
     files = artifact_files(analysis_dir, keep_cards_local=keep_cards_local)
     with StageLogger(
         analysis_dir, stage="analysis", settings=settings, config=config.model_dump(mode="json"),

@@ -24,7 +24,15 @@ from shopsimrl.records import (
     trace_path,
     write_group_trace,
 )
-from shopsimrl.shop import Catalog, ShopEnv, Task, ToolCallFormat, format_tool_call, generate_catalog, load_split
+from shopsimrl.shop import (
+    Catalog,
+    ShopEnv,
+    Task,
+    ToolCallFormat,
+    format_tool_call,
+    generate_catalog,
+    load_split,
+)
 from shopsimrl.shop.catalog import parse_product_id
 
 ROOT = Path(__file__).resolve().parents[2]

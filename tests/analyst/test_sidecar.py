@@ -18,7 +18,13 @@ from analyst_helpers import ROOT, Scripts, catalog, play, read_lines, train_task
 from shopsimrl import slime_metrics
 from shopsimrl.analyst.cards import CardStatus, read_cards
 from shopsimrl.analyst.failure_modes import FailureMode
-from shopsimrl.analyst.sidecar import CardsLockedError, Sidecar, ValidationTaskRefused, cards_lock, refuse_held_out
+from shopsimrl.analyst.sidecar import (
+    CardsLockedError,
+    Sidecar,
+    ValidationTaskRefused,
+    cards_lock,
+    refuse_held_out,
+)
 from shopsimrl.metrics.groups import flatten_group
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.records import RetryResult, append_retry_result, read_triage
