@@ -222,8 +222,20 @@ def card_line(card: FailureCard) -> str:
 
 
 def append_card(analysis_dir: str | os.PathLike[str], card: FailureCard) -> None:
-    """One line, one write (O_APPEND): a crash leaves whole lines or a torn last line."""
-    append_jsonl(cards_path(analysis_dir), card.model_dump(mode="json"), fsync=True)
+    """One line, one write (O_APPEND): a crash leaves whole lines or a torn last line.
+
+    Not fsynced here: a killed process loses nothing that was written, and the sidecar syncs the
+    file once per pass (`sync_cards`); a card lost to a host crash is written again on restart.
+    """
+    append_jsonl(cards_path(analysis_dir), card.model_dump(mode="json"))
+
+
+def sync_cards(analysis_dir: str | os.PathLike[str]) -> None:
+    fd = os.open(cards_path(analysis_dir), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_cards(analysis_dir: str | os.PathLike[str]) -> tuple[list[FailureCard], list[str]]:

@@ -24,6 +24,9 @@ from shopsimrl.analyst.evidence import PRODUCT_ID
 from shopsimrl.shop import Catalog, Split, load_split
 
 _WORD = re.compile(r"[a-z0-9$][a-z0-9$.'-]*")
+# Terms and texts are compared as token sequences: a term matches whole tokens only, so "9" does not
+# match "19" or "9.5", and "M" does not match the "m" of "I'm".
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[.'-][A-Za-z0-9]+)*")
 
 
 @dataclass(frozen=True)
@@ -52,20 +55,21 @@ def held_out_shingles(catalog: Catalog, n: int) -> set[tuple[str, ...]]:
     return held
 
 
-def _term_pattern(term: str) -> str:
-    escaped = re.escape(term)
-    if re.fullmatch(r"\d+(\.\d+)?", term):
-        return rf"(?<![\d.]){escaped}(?!\d|\.\d)"
-    body = escaped if len(term) > 2 else f"(?-i:{escaped})"
-    return rf"(?<![A-Za-z0-9']){body}(?![A-Za-z0-9])"
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def _key(term_tokens: list[str], case_sensitive: bool) -> tuple[str, ...]:
+    return tuple(term_tokens) if case_sensitive else tuple(t.casefold() for t in term_tokens)
 
 
 @dataclass
 class Firewall:
-    terms: dict[str, str] = field(default_factory=dict)  # term -> why it is banned
+    terms: dict[tuple[str, ...], str] = field(default_factory=dict)  # folded tokens -> why it is banned
+    exact_terms: dict[tuple[str, ...], str] = field(default_factory=dict)  # terms of 1-2 characters
     held_out: set[tuple[str, ...]] = field(default_factory=set)
     shingle_words: int = 5
-    _pattern: re.Pattern[str] | None = None
+    longest: int = 0  # tokens of the longest term
 
     @classmethod
     def for_evidence(
@@ -87,9 +91,13 @@ class Firewall:
 
     def ban(self, term: object, why: str) -> None:
         text = str(term).strip()
-        if text and text not in self.terms:
-            self.terms[text] = why
-            self._pattern = None
+        found = tokens(text)
+        if not found:
+            return
+        short = len(text) <= 2  # a size such as "M" or "XL": only with its exact case
+        table = self.exact_terms if short else self.terms
+        table.setdefault(_key(found, case_sensitive=short), why)
+        self.longest = max(self.longest, len(found))
 
     def ban_card(self, card: FailureCard) -> None:
         gold = card.audit.get("gold") or {}
@@ -116,30 +124,23 @@ class Firewall:
         reasons: list[str] = []
         for pid in dict.fromkeys(PRODUCT_ID.findall(text)):
             reasons.append(f"product id {pid!r}")
-        if self.terms:
-            for match in dict.fromkeys(m.group(0) for m in self._compiled().finditer(text)):
-                why = self.terms.get(match) or self._why_casefold(match)
-                if not (PRODUCT_ID.fullmatch(match)):  # already reported above
-                    reasons.append(f"{why}: {match!r}")
+        found = tokens(text)
+        folded = [t.casefold() for t in found]
+        seen: set[tuple[str, ...]] = set()
+        for n in range(self.longest, 0, -1):  # longest first: "matte black" is reported, then "black"
+            for i in range(len(found) - n + 1):
+                why = self.terms.get(tuple(folded[i : i + n])) or self.exact_terms.get(tuple(found[i : i + n]))
+                gram = tuple(found[i : i + n])
+                if why is None or gram in seen or (n == 1 and PRODUCT_ID.fullmatch(gram[0])):
+                    continue  # product ids are reported above
+                seen.add(gram)
+                reasons.append(f"{why}: {' '.join(gram)!r}")
         if self.held_out:
-            for gram in sorted(shingles(text, self.shingle_words) & self.held_out):
-                reasons.append(f"text of a validation/test task: {' '.join(gram)!r}")
+            for shingle in sorted(shingles(text, self.shingle_words) & self.held_out):
+                reasons.append(f"text of a validation/test task: {' '.join(shingle)!r}")
         return Verdict(ok=not reasons, reasons=tuple(reasons))
-
-    def _compiled(self) -> re.Pattern[str]:
-        if self._pattern is None:
-            # Longest terms first, so "matte black" wins over "black".
-            ordered = sorted(self.terms, key=len, reverse=True)
-            self._pattern = re.compile("|".join(_term_pattern(t) for t in ordered), re.IGNORECASE)
-        return self._pattern
-
-    def _why_casefold(self, match: str) -> str:
-        folded = match.casefold()
-        return next((why for term, why in self.terms.items() if term.casefold() == folded), "banned term")
 
 
 def _price_texts(price: float) -> list[str]:
-    texts = [f"{price:.2f}"]
-    if float(price).is_integer():
-        texts.append(str(int(price)))
-    return texts
+    texts = [f"{price:.2f}", f"{price:g}"]  # 68.00 and 68; 12.50 and 12.5
+    return list(dict.fromkeys(texts))

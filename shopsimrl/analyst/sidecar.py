@@ -31,6 +31,7 @@ from shopsimrl.analyst.cards import (
     cards_path,
     read_cards,
     retry_request_id,
+    sync_cards,
 )
 from shopsimrl.records import (
     TRIAGE_FILE,
@@ -153,6 +154,8 @@ class Sidecar:
             self.done.add(triage.triage_id)
             self.stats.cards_written += 1
             written.append(card)
+        if written:
+            sync_cards(self.analysis_dir)
         return written
 
     def follow(self, stop: threading.Event, poll_interval_s: float) -> None:
