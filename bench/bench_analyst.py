@@ -42,7 +42,14 @@ from shopsimrl.records import (
     write_group_traces,
 )
 from shopsimrl.rollout.skillbank import load_skillbank
-from shopsimrl.shop import ExpertPolicy, ShopEnv, ToolCallFormat, format_tool_call, generate_catalog, load_split
+from shopsimrl.shop import (
+    ExpertPolicy,
+    ShopEnv,
+    ToolCallFormat,
+    format_tool_call,
+    generate_catalog,
+    load_split,
+)
 
 SKILLBANK = Path(__file__).resolve().parents[1] / "configs" / "skillbank.example.json"
 
