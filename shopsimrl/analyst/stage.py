@@ -250,9 +250,9 @@ def _run_trials(
         return cards
     tokenizer, generator = policy if policy is not None else load_trial_policy(config.trial, options)
     runner = TrialRunner(config.trial, options, catalog, skillbank, tokenizer, generator)
+    records = runner.run_many([(c, c.lesson.text if c.lesson else "") for c in todo], config.trial.concurrency)
     done: dict[str, FailureCard] = {}
-    for card in todo:
-        record = runner.run(card, card.lesson.text if card.lesson is not None else "")
+    for card, record in zip(todo, records, strict=True):
         if record.attempts == 0:
             status = CardStatus.TRIAL_ERROR
         elif record.successes >= config.trial.min_successes:

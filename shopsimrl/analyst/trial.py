@@ -85,6 +85,21 @@ class TrialRunner:
     def run(self, card: FailureCard, lesson: str) -> TrialRecord:
         return asyncio.run(self.trial(card, lesson))
 
+    def run_many(self, items: list[tuple[FailureCard, str]], concurrency: int = 1) -> list[TrialRecord]:
+        """Trials of (card, lesson) pairs on one event loop, `concurrency` at a time (SGLang serves
+        many requests at once; a local model decodes one episode at a time anyway)."""
+
+        async def _all() -> list[TrialRecord]:
+            limit = asyncio.Semaphore(concurrency)
+
+            async def _one(card: FailureCard, lesson: str) -> TrialRecord:
+                async with limit:
+                    return await self.trial(card, lesson)
+
+            return list(await asyncio.gather(*(_one(card, lesson) for card, lesson in items)))
+
+        return asyncio.run(_all())
+
 
 def load_trial_policy(settings: TrialSettings, options: ShopSimOptions) -> tuple[Any, Generator]:
     """(tokenizer, generator) of the policy the trials run on, as the config names it."""

@@ -91,3 +91,17 @@ def test_held_out_tasks_are_refused(tiny, task_id):
     held_out = CARD.model_copy(update={"task_id": task_id})
     with pytest.raises(ValidationTaskRefused, match=f"task '{task_id}'"):
         runner(tokenizer, RecordingGenerator(model, tokenizer)).run(held_out, LESSON)
+
+
+def test_many_trials_on_one_loop_keep_the_order_of_the_cards():
+    tokenizer = tiny_tokenizer()
+    tasks = train_tasks(CAT)[:3]
+    cards = [CARD.model_copy(update={"task_id": t.task_id, "card_id": f"card-0-{n}"}) for n, t in enumerate(tasks)]
+    options = OPTIONS.model_copy(update={"max_turns": 12, "max_new_tokens_per_turn": 64})
+    # The expert generator keeps one shadow episode, so it needs one trial at a time; the order of
+    # the records must follow the cards either way.
+    generator = ExpertPolicyGenerator(CAT, tasks, tokenizer)
+    trial = TrialRunner(TrialSettings(), options, CAT, load_skillbank(SKILLBANK), tokenizer, generator)
+    records = trial.run_many([(c, LESSON) for c in cards], concurrency=1)
+    assert [(r.attempts, r.successes) for r in records] == [(1, 1)] * 3
+    assert [sum(t.instruction in p for p in generator.prompts) > 0 for t in tasks] == [True] * 3
