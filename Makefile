@@ -15,24 +15,29 @@ ifeq ($(filter $(RUNNER),docker local),)
 $(error RUNNER must be docker or local, got '$(RUNNER)')
 endif
 
-# Image pins for ${...} in compose.yaml come from docker/versions.env; host settings from .env.
-COMPOSE ?= docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
 WANDB_DIR ?= wandb
-WANDB_GROUP ?= qwen35-4b-round-000
+# The round, one source for run dir, checkpoints and W&B group: command line > environment > .env > default.
+WANDB_GROUP ?= $(or $(shell sed -n 's/^WANDB_GROUP=//p' .env 2>/dev/null | tail -n 1 | tr -d "\"'"),qwen35-4b-round-000)
 CANARY_TASKS ?= 10
+# configs/slime/smoke-2gpu.env on 80 GB cards (docs/operations.md).
+SMOKE_CONFIG ?= configs/slime/smoke.env
+# W&B credentials for the containers: the host's netrc (`wandb login`) when there is one.
+WANDB_NETRC ?= $(or $(wildcard $(HOME)/.netrc),/dev/null)
+# Passed visibly to compose.yaml: who owns the outputs on the host, the round, the credential file.
+COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)
+# Image pins for ${...} in compose.yaml come from docker/versions.env; host settings from .env.
+COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
+# The gate's config: the round's SGLang config in the container, the demo config on the CPU backend.
+GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
+# The Analyst's config; its run.group is the round (the shipped one: the local demo round).
 ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
-# The analysis run's W&B group is the config's round (run.group) unless WANDB_GROUP is given (env or
-# command line); the Makefile's own default group is not passed on to it.
-ANALYZE_ENV := $(if $(filter file,$(origin WANDB_GROUP)),env -u WANDB_GROUP )
-# compose.yaml reads these: files in the bind mounts belong to the host user; the group names the report.
-export HOST_UID := $(shell id -u)
-export HOST_GID := $(shell id -g)
 export WANDB_GROUP
 
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight train-smoke train analyze wandb-sync report canary shell \
+.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate wandb-sync report behavior \
+	canary shell \
 	images pin-images
 
 help: ## List the targets with a one-line description ([runner] = where RUNNER applies)
@@ -63,6 +68,9 @@ demo: setup ## One CPU training round on the demo model (local, W&B offline)
 preflight: setup ## Check W&B, scripts, configs, Docker, images, GPUs, volumes, disk [docker|local]
 	$(SHOPSIMRL) preflight --runner $(RUNNER)
 
+convert: ## HF -> Megatron torch_dist for --ref-load, once per model (slime's converter) [docker]
+	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm convert,@echo "convert: not needed with RUNNER=local (the CPU backend loads HF models)")
+
 train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [docker: slime|local: CPU]
 	$(call by_runner,train-smoke,train smoke --config configs/local/smoke.yaml)
 
@@ -70,13 +78,19 @@ train: ## A formal training round [docker: slime|local: CPU]
 	$(call by_runner,train,train run --config configs/local/train.yaml)
 
 analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool, W&B once [docker|local]
-	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm analyze,$(ANALYZE_ENV)$(SHOPSIMRL) training analyze $(ANALYZE_CONFIG) --wandb)
+	$(call by_runner,analyze,training analyze $(ANALYZE_CONFIG) --wandb)
+
+gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
+	$(call by_runner,gate,train online-gate $(GATE_CONFIG))
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))
 
 report: ## Export the W&B history of WANDB_GROUP to artifacts/analysis/wandb [docker: tools image|local]
 	$(call by_runner,report,wandb export --group $(WANDB_GROUP))
+
+behavior: setup ## Behaviour analysis of WANDB_GROUP's traces (episodes vs Samples) -> artifacts/analysis/behavior [local]
+	$(SHOPSIMRL) behavior analyze runs/$(WANDB_GROUP)
 
 canary: ## CANARY_TASKS tasks (10) end to end; writes canary_report.json [docker: train image|local]
 	$(call by_runner,canary,canary --tasks $(CANARY_TASKS))

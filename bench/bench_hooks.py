@@ -22,11 +22,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from shopsimrl import slime_metrics
+from shopsimrl.contract import Arm
 from shopsimrl.metrics import summarize_group
 from shopsimrl.metrics.groups import flatten_group, parse_metas
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.records import build_group_trace
-from shopsimrl.rollout.metadata import Arm
 
 RHO = {"c1": 0.5, "c2": 0.5, "c3": 0.3}
 

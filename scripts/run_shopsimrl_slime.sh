@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Launch a ShopSimRL GRPO run on slime: start a single-node Ray head, then submit slime's train.py
-# with ShopSimRL's hooks (dotted paths) and plugin options (--custom-config-path).
+# Launch a ShopSimRL GRPO run on slime: check every input, start a single-node Ray head, then submit
+# slime's train.py with ShopSimRL's hooks (dotted paths) and plugin options (--custom-config-path).
 #
 # Usage:  bash scripts/run_shopsimrl_slime.sh [LAUNCH_CONFIG]
-#   LAUNCH_CONFIG   configs/slime/formal.env (default) or configs/slime/smoke.env; sourced after
-#                   configs/slime/common.env. Smoke and formal runs differ only by this file.
+#   LAUNCH_CONFIG   configs/slime/formal.env (default), configs/slime/smoke.env or smoke-2gpu.env;
+#                   sourced after configs/slime/common.env. Smoke and formal runs differ only by it.
+# Run it from the launch directory (the container's /workspace, or the checkout): runs/,
+# checkpoints/ and wandb/ are created there, nowhere else, and only after every check passed.
 # Environment:
-#   DRY_RUN=1       print the commands, one shell-quoted line each, and run nothing
+#   DRY_RUN=1       print the plan (conversion, prompt shape, credentials, ownership) as `# ` lines,
+#                   then the Ray and slime commands, one shell-quoted line each; run and write nothing
+#   WANDB_GROUP     the round (default qwen35-4b-round-000): run dir runs/<group>/train, checkpoints
+#                   checkpoints/<group>, W&B group; a smoke run uses <group>-smoke
 #   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix,
 #                   and --wandb-team/--wandb-mode/--wandb-dir when WANDB_ENTITY/WANDB_MODE/WANDB_DIR
-#                   are set. Credentials come from `wandb login` or WANDB_API_KEY in the environment,
-#                   never from a flag: slime uploads its arguments in the run config.
+#                   are set. Credentials come from WANDB_API_KEY in the environment or a netrc file
+#                   (NETRC), never from a flag: slime uploads its arguments in the run config.
 #   SLIME_DIR (/root/slime), MEGATRON_DIR (/root/Megatron-LM), MASTER_ADDR (127.0.0.1),
-#   RAY_DASHBOARD_PORT (8265), PYTHON (python3)
+#   RAY_DASHBOARD_PORT (8265), RAY_TEMP_DIR (/tmp/ray: compose bind-mounts ./runs/ray there, so
+#   Ray's logs outlive the container), NCCL_NVLS_ENABLE (default: 1 when nvidia-smi shows NVLink),
+#   PYTHON (python3)
 # Every flag passed to train.py is declared in shopsimrl/ops/slime_flags.py.
 set -euo pipefail
 
@@ -30,6 +37,7 @@ SLIME_DIR="${SLIME_DIR:-/root/slime}"
 MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
+RAY_TEMP_DIR="${RAY_TEMP_DIR:-/tmp/ray}"
 PYTHON="${PYTHON:-python3}"
 
 case "${DRY_RUN}" in 0 | 1) ;; *) die "DRY_RUN must be 0 or 1, got '${DRY_RUN}'" ;; esac
@@ -43,11 +51,11 @@ source "${COMMON_CONFIG}"
 # shellcheck source=configs/slime/smoke.env
 source "${LAUNCH_CONFIG}"
 
-required=(RUN_MODE MODEL_ARGS_FILE HF_CHECKPOINT REF_LOAD SHOPSIM_CONFIG PROMPT_DATA ACTOR_NUM_GPUS_PER_NODE
-  ROLLOUT_NUM_GPUS_PER_ENGINE SGLANG_MEM_FRACTION_STATIC TENSOR_MODEL_PARALLEL_SIZE MAX_TOKENS_PER_GPU
-  ROLLOUT_SEED NUM_ROLLOUT ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE
-  NUM_STEPS_PER_ROLLOUT ROLLOUT_MAX_RESPONSE_LEN ROLLOUT_MAX_CONTEXT_LEN ROLLOUT_TEMPERATURE LR
-  KL_LOSS_COEF ENTROPY_COEF EPS_CLIP EPS_CLIP_HIGH)
+required=(RUN_MODE RUN_GROUP MODEL_ARGS_FILE HF_CHECKPOINT REF_LOAD SHOPSIM_CONFIG PROMPT_DATA
+  ACTOR_NUM_GPUS_PER_NODE ROLLOUT_NUM_GPUS_PER_ENGINE SGLANG_MEM_FRACTION_STATIC TENSOR_MODEL_PARALLEL_SIZE
+  MAX_TOKENS_PER_GPU ROLLOUT_SEED NUM_ROLLOUT ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE
+  NUM_STEPS_PER_ROLLOUT ROLLOUT_MAX_RESPONSE_LEN ROLLOUT_TEMPERATURE LR KL_LOSS_COEF ENTROPY_COEF EPS_CLIP
+  EPS_CLIP_HIGH)
 missing=()
 for name in "${required[@]}"; do
   [[ -n "${!name:-}" ]] || missing+=("${name}")
@@ -60,22 +68,35 @@ done
 absolute() { if [[ "$1" == /* ]]; then printf '%s' "$1"; else printf '%s/%s' "${PWD}" "$1"; fi; }
 SHOPSIM_CONFIG="$(absolute "${SHOPSIM_CONFIG}")"
 PROMPT_DATA="$(absolute "${PROMPT_DATA}")"
+HF_CHECKPOINT="$(absolute "${HF_CHECKPOINT}")"
+REF_LOAD="$(absolute "${REF_LOAD}")"
 [[ -z "${SAVE_DIR:-}" ]] || SAVE_DIR="$(absolute "${SAVE_DIR}")"
 
 [[ -f "${MODEL_ARGS_FILE}" ]] || die "model args file not found: ${MODEL_ARGS_FILE}"
 # shellcheck source=configs/slime/models/qwen3.5-4B.sh
 source "${MODEL_ARGS_FILE}"
 
-# Validate the plugin options now, with every problem listed, rather than inside a Ray actor later.
-RUN_DIR="$(PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -c \
-  'import sys; from shopsimrl.config import load_options_file; print(load_options_file(sys.argv[1]).run_dir)' \
-  "${SHOPSIM_CONFIG}")" || die "invalid plugin options in ${SHOPSIM_CONFIG} (see above)"
+if [[ "${DRY_RUN}" == 0 ]]; then
+  [[ -f "${SLIME_DIR}/train.py" ]] || die "slime not found at ${SLIME_DIR} (run inside the train image, or set SLIME_DIR)"
+  PREPARE_MODE=(--write)
+else
+  PREPARE_MODE=()
+fi
+# Plugin options (every problem listed), and for a real launch every input -- model files, the
+# converted checkpoint, prompt data -- before anything is created or started. Prints the run dir
+# and the resolved options file slime gets.
+prepared="$(PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -m shopsimrl.cli slime prepare \
+  --config "${SHOPSIM_CONFIG}" --group "${RUN_GROUP}" --base-dir "${PWD}" --hf-checkpoint "${HF_CHECKPOINT}" \
+  --ref-load "${REF_LOAD}" --prompt-data "${PROMPT_DATA}" "${PREPARE_MODE[@]}" -- "${MODEL_ARGS[@]}")" ||
+  die "cannot launch ${LAUNCH_CONFIG} with ${SHOPSIM_CONFIG}: see the errors above; nothing was started"
+RUN_DIR="${prepared%%$'\n'*}"
+OPTIONS_FILE="${prepared#*$'\n'}"
 
 WANDB_ARGS=()
 if [[ "${USE_WANDB}" == 1 ]]; then
   WANDB_ARGS=(--use-wandb
     --wandb-project "${WANDB_PROJECT:-shopsimrl}"
-    --wandb-group "${WANDB_GROUP:-qwen35-4b-round-000}"
+    --wandb-group "${RUN_GROUP}"
     --disable-wandb-random-suffix)
   [[ -z "${WANDB_ENTITY:-}" ]] || WANDB_ARGS+=(--wandb-team "${WANDB_ENTITY}")
   if [[ -n "${WANDB_MODE:-}" ]]; then
@@ -84,6 +105,8 @@ if [[ "${USE_WANDB}" == 1 ]]; then
   fi
   [[ -z "${WANDB_DIR:-}" ]] || WANDB_ARGS+=(--wandb-dir "${WANDB_DIR}")
 fi
+# Our own code (and any wandb call in a worker) sees the same group as slime.
+export WANDB_GROUP="${RUN_GROUP}" WANDB_RUN_GROUP="${RUN_GROUP}"
 
 CLUSTER_ARGS=(--actor-num-nodes 1
   --actor-num-gpus-per-node "${ACTOR_NUM_GPUS_PER_NODE}"
@@ -95,10 +118,13 @@ if [[ -n "${SAVE_DIR:-}" ]]; then
   CKPT_ARGS+=(--load "${SAVE_DIR}" --save "${SAVE_DIR}" --save-interval "${SAVE_INTERVAL:?SAVE_INTERVAL is required with SAVE_DIR}")
 fi
 
+# The prompt of each line is a list of chat messages: Qwen3.5 ships a processor config, and slime's
+# Dataset then requires messages; --apply-chat-template renders them with the checkpoint's template.
 DATA_ARGS=(--prompt-data "${PROMPT_DATA}"
   --input-key prompt
   --label-key label
   --metadata-key metadata
+  --apply-chat-template
   --rollout-shuffle
   --rollout-seed "${ROLLOUT_SEED}")
 
@@ -108,7 +134,6 @@ ROLLOUT_ARGS=(--num-rollout "${NUM_ROLLOUT}"
   --over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE}"
   --num-steps-per-rollout "${NUM_STEPS_PER_ROLLOUT}"
   --rollout-max-response-len "${ROLLOUT_MAX_RESPONSE_LEN}"
-  --rollout-max-context-len "${ROLLOUT_MAX_CONTEXT_LEN}"
   --rollout-temperature "${ROLLOUT_TEMPERATURE}")
 
 HOOK_ARGS=(--custom-generate-function-path shopsimrl.slime_hooks.generate
@@ -117,7 +142,7 @@ HOOK_ARGS=(--custom-generate-function-path shopsimrl.slime_hooks.generate
   --dynamic-sampling-filter-path shopsimrl.slime_hooks.dynamic_sampling_filter
   --rollout-all-samples-process-path shopsimrl.slime_metrics.record_generated_rollout_groups
   --custom-rollout-log-function-path shopsimrl.slime_metrics.enrich_rollout_metrics
-  --custom-config-path "${SHOPSIM_CONFIG}")
+  --custom-config-path "${OPTIONS_FILE}")
 
 GRPO_ARGS=(--advantage-estimator grpo
   --use-kl-loss
@@ -152,20 +177,35 @@ MISC_ARGS=(--attention-dropout 0.0
   --attention-softmax-in-fp32
   --attention-backend flash)
 
-# Variables the Ray workers need. The W&B API key is deliberately not here: it would be shown by the
-# Ray dashboard; workers inherit it from this process's environment (set by `wandb login` or .env).
+# NVLink SHARP (NVLS) only where NVLink exists, as slime's own launcher decides.
+if [[ -z "${NCCL_NVLS_ENABLE:-}" ]]; then
+  NCCL_NVLS_ENABLE=0
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi topo -m 2>/dev/null | grep -q 'NV[0-9]'; then
+    NCCL_NVLS_ENABLE=1
+  fi
+fi
+# The rollout talks to SGLang's router on the loopback: a host proxy must never see that traffic.
+NO_PROXY_HOSTS="127.0.0.1,localhost"
+[[ "${MASTER_ADDR}" == 127.0.0.1 || "${MASTER_ADDR}" == localhost ]] || NO_PROXY_HOSTS+=",${MASTER_ADDR}"
+
+# Variables the Ray workers need (slime's own launcher sets the first six). The W&B API key is
+# deliberately not here: the Ray dashboard shows the runtime env; workers inherit the key from the
+# `ray start` process's environment (compose passes WANDB_API_KEY by name, or mounts a netrc).
 RUNTIME_ENV_JSON="$("${PYTHON}" -c '
 import json, os, sys
-env = {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1"}
-for name in sys.argv[2:]:
+env = {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1",
+       "RAY_USE_UVLOOP": "0", "NCCL_NVLS_ENABLE": sys.argv[2], "no_proxy": sys.argv[3], "NO_PROXY": sys.argv[3],
+       "MASTER_ADDR": sys.argv[4]}
+for name in sys.argv[5:]:
     if os.environ.get(name):
         env[name] = os.environ[name]
 print(json.dumps({"env_vars": env}, sort_keys=True))
-' "${MEGATRON_DIR}/" USE_WANDB WANDB_PROJECT WANDB_GROUP WANDB_RUN_GROUP WANDB_ENTITY WANDB_MODE WANDB_DIR \
-  WANDB_DATA_DIR WANDB_CACHE_DIR)"
+' "${MEGATRON_DIR}/" "${NCCL_NVLS_ENABLE}" "${NO_PROXY_HOSTS}" "${MASTER_ADDR}" USE_WANDB WANDB_PROJECT WANDB_GROUP \
+  WANDB_RUN_GROUP WANDB_ENTITY WANDB_MODE WANDB_DIR WANDB_DATA_DIR WANDB_CACHE_DIR NETRC)"
 
 RAY_START=(ray start --head --node-ip-address "${MASTER_ADDR}" --num-gpus "${ACTOR_NUM_GPUS_PER_NODE}"
-  --disable-usage-stats --dashboard-host=127.0.0.1 --dashboard-port="${RAY_DASHBOARD_PORT}")
+  --temp-dir "${RAY_TEMP_DIR}" --disable-usage-stats --dashboard-host=127.0.0.1
+  --dashboard-port="${RAY_DASHBOARD_PORT}")
 
 SUBMIT=(ray job submit --address="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
   --runtime-env-json="${RUNTIME_ENV_JSON}"
@@ -174,11 +214,41 @@ SUBMIT=(ray job submit --address="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
   "${HOOK_ARGS[@]}" "${GRPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}"
   "${MISC_ARGS[@]}" "${WANDB_ARGS[@]}")
 
-echo "run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} run_dir=${RUN_DIR}" \
+echo "run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} group=${RUN_GROUP} run_dir=${RUN_DIR}" \
   "groups=${ROLLOUT_BATCH_SIZE}x${N_SAMPLES_PER_PROMPT} rollouts=${NUM_ROLLOUT}" \
   "steps_per_rollout=${NUM_STEPS_PER_ROLLOUT} gpus=${ACTOR_NUM_GPUS_PER_NODE} use_wandb=${USE_WANDB}" >&2
 
+# The plan: what must exist or happen around these two commands (the DRY_RUN shows it).
+credential_route() {
+  if [[ "${USE_WANDB}" == 0 ]]; then
+    echo "none: USE_WANDB=0 (metrics stay in ${RUN_DIR}/metrics.jsonl and slime's log)"
+  elif [[ "${WANDB_MODE:-offline}" == offline ]]; then
+    echo "none needed now: WANDB_MODE=offline writes ${WANDB_DIR:-wandb}; upload later with \`make wandb-sync\`"
+  elif [[ -n "${WANDB_API_KEY:-}" ]]; then
+    echo "WANDB_API_KEY from the environment (compose passes it by name; never a flag, never in the Ray runtime env)"
+  elif [[ -n "${NETRC:-}" ]]; then
+    echo "netrc file NETRC=${NETRC} (compose mounts the host's ~/.netrc read-only there)"
+  else
+    echo "MISSING: WANDB_MODE=online but neither WANDB_API_KEY nor NETRC is set (run \`wandb login\` on the host, or export WANDB_API_KEY)"
+  fi
+}
+ownership() {
+  if [[ -n "${HOST_UID:-}" ]]; then
+    echo "runs/ checkpoints/ wandb/ artifacts/ are handed to ${HOST_UID}:${HOST_GID:-${HOST_UID}} at start and exit (scripts/container_entry.sh: chown -R ${HOST_UID}:${HOST_GID:-${HOST_UID}})"
+  else
+    echo "files are written as uid $(id -u); under compose, scripts/container_entry.sh hands them to HOST_UID:HOST_GID (make passes both)"
+  fi
+}
+PLAN=(
+  "conversion: --ref-load ${REF_LOAD} must hold the Megatron copy of ${HF_CHECKPOINT}; create it once with \`make convert\`, which runs: $(DRY_RUN=1 bash "${REPO_ROOT}/scripts/convert_hf_to_torch_dist.sh" 2>/dev/null | tail -n 1 | sed "s/ $//")"
+  "prompts: ${PROMPT_DATA}: one task per line, prompt = [{\"role\": \"user\", \"content\": <instruction>}], rendered by slime with --apply-chat-template; our generate hook plays metadata.task_id (write it with \`shopsimrl tasks export\`)"
+  "credentials: $(credential_route)"
+  "ownership: $(ownership)"
+  "outputs: ${RUN_DIR} (plugin options ${OPTIONS_FILE})${SAVE_DIR:+, checkpoints ${SAVE_DIR}}, Ray logs ${RAY_TEMP_DIR}/session_latest/logs"
+)
+
 if [[ "${DRY_RUN}" == 1 ]]; then
+  printf '# %s\n' "${PLAN[@]}"
   printf '%q ' "${RAY_START[@]}"
   printf '\n'
   printf '%q ' "${SUBMIT[@]}"
@@ -186,12 +256,10 @@ if [[ "${DRY_RUN}" == 1 ]]; then
   exit 0
 fi
 
-[[ -f "${SLIME_DIR}/train.py" ]] || die "slime not found at ${SLIME_DIR} (run inside the train image, or set SLIME_DIR)"
-[[ -f "${PROMPT_DATA}" ]] || die "prompt data not found: ${PROMPT_DATA}"
-mkdir -p "${RUN_DIR}"
 [[ -z "${WANDB_DIR:-}" ]] || mkdir -p "${WANDB_DIR}"
+printf 'run_shopsimrl_slime.sh: %s\n' "${PLAN[@]}" >&2
 
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 no_proxy="${NO_PROXY_HOSTS}" NO_PROXY="${NO_PROXY_HOSTS}"
 # A previous run's Ray head (in this container) would hold the GPUs.
 ray stop --force >/dev/null 2>&1 || true
 "${RAY_START[@]}"

@@ -15,10 +15,12 @@ COMMANDS: dict[str, str] = {
     "shop": "shopsimrl.shop.commands:shop",
     "tasks": "shopsimrl.rollout.commands:tasks",
     "monitor": "shopsimrl.metrics.commands:monitor",
+    "behavior": "shopsimrl.behavior.commands:behavior",
     "wandb": "shopsimrl.tracking.commands:wandb_group",
     "training": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",
     "canary": "shopsimrl.ops.commands:canary",
+    "slime": "shopsimrl.ops.slime_commands:slime",
 }
 
 
@@ -55,6 +57,21 @@ class LazyGroup(click.Group):
                 if sub.name not in command.commands:
                     command.add_command(sub)
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        # A write the machine refused (disk full, read-only, permission denied) is not a bug of ours:
+        # one line with the path and the cause, exit 1, from whichever command hit it.
+        from shopsimrl.errors import StorageError
+        from shopsimrl.storage.faults import ENVIRONMENT_ERRNOS, os_error_cause
+
+        try:
+            return super().invoke(ctx)
+        except StorageError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            if exc.errno not in ENVIRONMENT_ERRNOS or not exc.filename:
+                raise
+            raise click.ClickException(f"{exc.filename}: {os_error_cause(exc)}") from exc
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -56,3 +56,41 @@ class TornRecordError(ValueError):
         self.line_number = line_number
         self.reason = reason
         super().__init__(f"{path}:{line_number}: unreadable JSONL record ({reason})")
+
+
+class RecordFormatError(ValueError):
+    """A file of the audit record cannot be read by this version (bad JSON, unknown schema_version)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+class StorageError(OSError):
+    """Writing a file failed for a reason of the machine, not of our code: the path and the cause.
+
+    `cause` is short and fixed for the common faults ("disk full", "read-only file system",
+    "permission denied"), so an operator reads one line: "cannot write runs/x/metrics.jsonl: disk full".
+    """
+
+    def __init__(self, path: str, cause: str, errno: int | None = None):
+        super().__init__(errno, cause)
+        self.path = path
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.cause}"
+
+
+class StartupError(ValueError):
+    """A run cannot start; found before any expensive work (model load, warm start). Lists every problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            message = f"cannot start the run: {self.problems[0]}"
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            message = f"cannot start the run ({len(self.problems)} problems):\n{lines}"
+        super().__init__(message)

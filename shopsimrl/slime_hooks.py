@@ -17,12 +17,12 @@ import math
 from typing import Any
 
 from shopsimrl.config.options import options_from_args
+from shopsimrl.contract import Arm, ShopSimMeta, get_meta
 from shopsimrl.rollout.advantages import reward_post_process
 from shopsimrl.rollout.agent import AgentRuntime, run_trajectory
 from shopsimrl.rollout.curriculum import Assignment, rollout_step
 from shopsimrl.rollout.datasource import group_key, task_for_sample
 from shopsimrl.rollout.filters import dynamic_sampling_filter
-from shopsimrl.rollout.metadata import Arm, ShopSimMeta, get_meta
 from shopsimrl.rollout.segments import trajectory_to_samples
 
 __all__ = ["UNSCORABLE_REWARD", "dynamic_sampling_filter", "generate", "reward", "reward_post_process"]
@@ -76,17 +76,18 @@ def meta_for(assignment: Assignment, task_id: str, split: str) -> ShopSimMeta:
     )
 
 
-async def reward(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
+async def reward(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
     """Custom RM: the trajectory outcome's `shopsim.reward_key` field.
 
-    slime passes a list when a custom generate returned a list with `reward is None` (every one of
-    ours), and a single sample otherwise; the answer has the same shape. Unscorable segments get
+    slime calls `rm_function(args, samples)` through `batched_async_rm` when a custom generate
+    returned a list with `reward is None` (every one of ours), and `rm_function(args, sample)`
+    through `async_rm` otherwise; the answer has the shape of the input. Unscorable segments get
     `UNSCORABLE_REWARD` (NaN), never 0.
     """
     reward_key = options_from_args(args).reward_key
-    if isinstance(sample, list):
-        return [_reward_of(s, reward_key) for s in sample]
-    return _reward_of(sample, reward_key)
+    if isinstance(samples, list):
+        return [_reward_of(s, reward_key) for s in samples]
+    return _reward_of(samples, reward_key)
 
 
 def _reward_of(sample: Any, reward_key: str) -> float:

@@ -56,3 +56,12 @@ def test_script_shim_runs_the_cli() -> None:
     assert "Usage: run_shopsimrl.py" in result.stdout
     for name in COMMANDS:
         assert name in result.stdout
+
+
+def test_a_write_the_machine_refuses_is_one_line_from_any_command(tmp_path, read_only_dir) -> None:
+    directory, cause = read_only_dir
+    out = directory / "prompts.jsonl"
+    config = ROOT / "configs" / "shopsim.smoke.yaml"
+    result = CliRunner().invoke(main, ["tasks", "export", "--config", str(config), "--out", str(out), "--limit", "2"])
+    assert result.exit_code == 1
+    assert result.output == f"Error: cannot write {out}: {cause}\n"

@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+from slime_source import requires_slime
 
 
 def load_function(path: str):
@@ -45,19 +47,33 @@ def test_hook_signature(path):
     assert not any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params)
 
 
-def test_hooks_import_without_slime_sglang_ray_wandb_or_torch():
-    code = (
-        "import json, sys\n"
-        f"paths = {sorted(CONTRACTS)!r}\n"
-        "import importlib\n"
-        "for p in paths: importlib.import_module(p.rpartition('.')[0])\n"
-        "print(json.dumps(sorted(m for m in ('slime', 'sglang', 'ray', 'wandb', 'torch') if m in sys.modules)))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == []
+_IMPORT_PROBE = (
+    "import importlib, json, sys\n"
+    "for p in {paths!r}: importlib.import_module(p.rpartition('.')[0])\n"
+    "import shopsimrl.contract as c\n"
+    "heavy = sorted(m for m in ('slime', 'sglang', 'ray', 'wandb', 'torch', 'transformers') if m in sys.modules)\n"
+    "print(json.dumps([heavy, c.Sample.__module__, c.DynamicFilterOutput.__module__]))\n"
+)
 
 
-def test_metrics_and_rollout_modules_import_in_any_order():
-    # shopsimrl.metrics and shopsimrl.rollout import each other's modules; either may come first.
-    for first in ("shopsimrl.metrics", "shopsimrl.rollout.filters", "shopsimrl.slime_metrics", "shopsimrl.records"):
-        subprocess.run([sys.executable, "-c", f"import {first}; import shopsimrl.slime_metrics"], check=True)
+def _import_probe(env: dict[str, str]) -> list:
+    code = _IMPORT_PROBE.format(paths=sorted(CONTRACTS) + ["shopsimrl.slime_hooks.generate"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return json.loads(out.stdout)
+
+
+def test_without_slime_the_hooks_import_nothing_heavy_and_use_the_replicas():
+    # a user's CPU laptop: no slime on the path
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    heavy, sample_module, filter_module = _import_probe(env)
+    assert heavy == []
+    assert sample_module == filter_module == "shopsimrl.contract._replica"
+
+
+@requires_slime
+def test_with_slime_the_hooks_hand_slime_its_own_classes():
+    # inside slime's RolloutManager: slime's types (whose module imports torch), still no sglang/ray/wandb
+    heavy, sample_module, filter_module = _import_probe(dict(os.environ))
+    assert heavy == ["slime", "torch"]
+    assert sample_module == "slime.utils.types"
+    assert filter_module == "slime.rollout.filter_hub.base_types"

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -51,6 +52,19 @@ def _load(config_path: Path) -> Any:
         raise click.ClickException(str(exc)) from None
 
 
+def _round_group(config: Any, settings: WandbSettings) -> WandbSettings:
+    """The run goes into the round's group. A `--wandb-group` on the command line must name the
+    round (checked by the stage); a WANDB_GROUP from the environment that names another round (the
+    Makefile exports its default) is overridden, with a line saying so."""
+    source = click.get_current_context().get_parameter_source("wandb_group")
+    if source is click.core.ParameterSource.COMMANDLINE or settings.group in (None, config.run.group):
+        return settings
+    if settings.enabled:
+        click.echo(f"note: WANDB_GROUP={settings.group!r} is not the round {config.run.group!r} of the config; "
+                   f"the analysis run goes into {config.run.group!r}", err=True)  # fmt: skip
+    return replace(settings, group=config.run.group)
+
+
 @click.command("analyze")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
 @click.option(
@@ -73,6 +87,7 @@ def analyze(config_path: Path, wandb_settings: WandbSettings, keep_cards_local: 
     from shopsimrl.analyst.stage import AnalysisError, check_wandb_group, run_analysis
 
     config = _load(config_path)
+    wandb_settings = _round_group(config, wandb_settings)
     try:
         check_wandb_group(config, wandb_settings)
     except AnalysisError as exc:

@@ -6,6 +6,7 @@ reports every problem of the file at once (`ConfigError`, one line per problem w
 
 from __future__ import annotations
 
+import glob
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -37,8 +38,10 @@ class TrialGeneratorName(StrEnum):
 class RunPaths(_Strict):
     group: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", description="the round")
     runs_root: str = "runs"
-    train_dir: str | None = Field(None, description="default <runs_root>/<group>/train")
-    analysis_dir: str | None = Field(None, description="default <runs_root>/<group>/analysis")
+    train_dir: str | None = Field(
+        None, description="default <runs_root>/<group>/train; a glob picks the newest match (demo runs)"
+    )
+    analysis_dir: str | None = Field(None, description="default: the train_dir's sibling analysis/")
 
 
 class LlmSettings(_Strict):
@@ -108,11 +111,19 @@ class AnalysisConfig(_Strict):
 
     @property
     def train_dir(self) -> Path:
-        return Path(self.run.train_dir or Path(self.run.runs_root) / self.run.group / "train")
+        """The training stage directory. A glob (the demo gives every run its own directory,
+        runs/local-demo-round-000-<UTC time>/train) names the newest match, by name; with no match
+        it stays the pattern, which the stage reports as missing."""
+        raw = self.run.train_dir or str(Path(self.run.runs_root) / self.run.group / "train")
+        if glob.has_magic(raw):
+            found = sorted(p for p in glob.glob(raw) if Path(p).is_dir())
+            return Path(found[-1]) if found else Path(raw)
+        return Path(raw)
 
     @property
     def analysis_dir(self) -> Path:
-        return Path(self.run.analysis_dir or Path(self.run.runs_root) / self.run.group / "analysis")
+        # Beside train/: the training metric pending_analysis_rate reads <train_dir>/../analysis/.
+        return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / "analysis"
 
 
 def load_analysis_config(path: str | os.PathLike[str]) -> AnalysisConfig:

@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shopsimrl.config.files import load_yaml_file
 from shopsimrl.errors import ConfigError
 
 OPTIONS_KEY = "shopsim"
@@ -112,11 +112,7 @@ def validate_options(raw: Any, source: str) -> ShopSimOptions:
 
 def load_options_file(path: str | os.PathLike[str]) -> ShopSimOptions:
     """Read a `--custom-config-path` YAML file and validate its `shopsim` section."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
+    data = load_yaml_file(path)
     if not isinstance(data, dict) or OPTIONS_KEY not in data:
         raise ConfigError(str(path), [f"missing top-level key {OPTIONS_KEY!r}"])
     return validate_options(data[OPTIONS_KEY], str(path))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from shopsimrl.diagnostics.tables import (
     is_update_key,
     split_rows,
 )
-from shopsimrl.storage import atomic_write_json, atomic_write_text
+from shopsimrl.storage import SPACE_ERRNOS, atomic_write_json, atomic_write_text, open_temp, storage_error
 
 SCHEMA_VERSION = 1
 ROLLOUT_CSV = "rollout_steps.csv"
@@ -279,8 +278,11 @@ class _AtomicText:
         self.path = path
 
     def __enter__(self) -> Any:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.tmp = open_temp(self.path)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from exc
         self.handle = os.fdopen(fd, "w", encoding="utf-8", newline="")
         return self.handle
 
@@ -292,6 +294,10 @@ class _AtomicText:
             self.handle.close()
             if exc_type is None:
                 os.replace(self.tmp, self.path)
+        except OSError as error:
+            raise storage_error(self.path, error) from error
         finally:
             if os.path.exists(self.tmp):
                 os.unlink(self.tmp)
+        if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
+            raise storage_error(self.path, exc) from exc

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from shopsimrl.storage import SPACE_ERRNOS, open_temp, storage_error
 
 FROZEN_SCHEMA_VERSION = 1
 _OPEN = f'{{"schema_version": {FROZEN_SCHEMA_VERSION}, "history": ['
@@ -37,33 +38,43 @@ def write_frozen(
 
     `run(row_count)` gives the run record, called after the last row.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = open_temp(path)
+    except OSError as exc:
+        raise storage_error(path, exc) from exc
     count = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_OPEN + "\n")
+            handle.write(_OPEN)
             for row in rows:
-                if count:
-                    handle.write(",\n")
+                handle.write(",\n" if count else "\n")
                 handle.write(json.dumps(row, separators=(",", ":")))
                 count += 1
-            handle.write("\n],\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
+            # Without rows the list closes on the opening line: no blank row line for the reader.
+            handle.write(("\n]" if count else "]") + ",\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
+            raise storage_error(path, exc) from exc
+        raise  # a read error of the source is the source's, not a failed write
     return count
 
 
 def iter_frozen(path: Path) -> Iterator[dict[str, Any]]:
     """Stream the rows of a file written by `write_frozen` (one row per line)."""
     with open(path, encoding="utf-8") as handle:
-        if handle.readline().strip() != _OPEN:
+        first = handle.readline().strip()
+        if first.startswith(_OPEN + "]"):
+            return  # a run with no history rows
+        if first != _OPEN:
             raise ValueError(f"{path}: not a frozen history file of schema {FROZEN_SCHEMA_VERSION}")
         for line in handle:
             if line.startswith("]"):
                 return
+            if not line.strip():
+                continue  # the empty row line of files written before 0-row runs were handled
             yield json.loads(line.rstrip().removesuffix(","))

@@ -65,6 +65,16 @@ def render_report(manifest: Mapping[str, Any], summary: Mapping[str, Any], plots
         lines.append("None logged.")
     lines += [
         "",
+        "## Samples are not episodes",
+        "",
+        "`rollout/response_len/mean` averages the effective response length of the accepted slime Samples and "
+        "`rollout/truncated_ratio` is a Sample-status share; a dynamic tool schema splits one episode into "
+        "several Samples, so neither describes whole shopping episodes. The "
+        "[behaviour analysis](../behavior/behavior_analysis.md) counts model turns and complete episodes from "
+        "the local traces (`make behavior` or `shopsimrl behavior analyze runs/<group>`).",
+    ]
+    lines += [
+        "",
         "## Files",
         "",
         "- [rollout_steps.csv](rollout_steps.csv), [optimizer_updates.csv](optimizer_updates.csv), "

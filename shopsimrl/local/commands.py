@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from shopsimrl.errors import ConfigError
+from shopsimrl.config.files import parse_yaml
+from shopsimrl.errors import ConfigError, StartupError, StorageError
 
 DEFAULT_DEMO_CONFIG = Path("configs/local/demo.yaml")
 DEFAULT_SMOKE_CONFIG = Path("configs/local/smoke.yaml")
@@ -23,7 +23,7 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. model.name=tiny)", param_hint="--set")
-        overrides[key] = yaml.safe_load(raw)
+        overrides[key] = parse_yaml(raw, f"--set {item}")
     return overrides
 
 
@@ -36,6 +36,8 @@ def _load(config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None
         raise click.ClickException(str(exc)) from None
     except FileNotFoundError:
         raise click.ClickException(f"config file not found: {config_path}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read config file {config_path}: {exc.strerror or exc}") from None
 
 
 def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:
@@ -46,14 +48,26 @@ def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:
     printer = ProgressPrinter(config, enabled=progress)
     try:
         return run_training(config, settings=settings, echo=click.echo, on_event=printer.on_event)
-    except (ConfigError, ModelUnavailableError) as exc:
+    except (ConfigError, ModelUnavailableError, StartupError, StorageError) as exc:
+        # StorageError: a full or read-only disk mid-run; the failure record (if it could be
+        # written) already holds the traceback, the operator needs the path and the cause.
         raise click.ClickException(str(exc)) from None
     finally:
         printer.close()
 
 
 def _utc_suffix() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # To the microsecond: two smokes started in the same second still get two run directories.
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def demo_run_group(base: str) -> str:
+    """The run directory group of one demo: `base` plus a UTC time to the microsecond.
+
+    A demo is re-run as a matter of course; each run gets its own directory (a run directory is
+    never shared, docs/local_backend.md) while W&B keeps all demos in the one group `base`.
+    """
+    return f"{base}-{_utc_suffix()}"
 
 
 set_option = click.option(
@@ -69,6 +83,9 @@ def train() -> None:
     """
 
 
+train.add_command(__import__("shopsimrl.gate.commands", fromlist=["online_gate"]).online_gate)
+
+
 @train.command("demo")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_DEMO_CONFIG, show_default=True
@@ -78,20 +95,22 @@ def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
     """One round on the demo model: warm start, a few GRPO steps, W&B offline, then a summary.
 
     W&B logs offline into ./wandb unless USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise, always
-    in the demo's own group (run.group of the config, local-demo-round-000).
+    in the demo's own group (run.group of the config, local-demo-round-000). Each demo writes its own
+    run directory, runs/<run.group>-<UTC time>/train.
 
     Example: shopsimrl train demo
     """
     from shopsimrl.local.summary import demo_summary
     from shopsimrl.tracking import WandbSettings
 
-    config = _load(config_path, sets)
+    base = _load(config_path, sets)
+    config = _load(config_path, sets, {"run.group": demo_run_group(base.run.group)})
     env = dict(os.environ)
     env.setdefault("USE_WANDB", "1")
     env.setdefault("WANDB_MODE", "offline")
     # The demo is its own round: it never logs into a production group that WANDB_GROUP names.
     env.pop("WANDB_RUN_GROUP", None)
-    env["WANDB_GROUP"] = config.run.group
+    env["WANDB_GROUP"] = base.run.group
     try:
         settings = WandbSettings.from_env(env)
     except ConfigError as exc:
@@ -106,6 +125,9 @@ def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
 @click.option("--no-progress", is_flag=True, help="No progress bars (logs only).")
 def run_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -> None:
     """Run the round a config describes; W&B settings come from USE_WANDB/WANDB_* (docs/wandb.md).
+
+    The run directory runs_root/run.group/train must be new: a directory that already holds a run is
+    refused (exit 1), never appended to; give each run its own run.group.
 
     Example: shopsimrl train run --config configs/local/train.yaml --set driver.num_rollout=5
     """

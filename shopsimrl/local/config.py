@@ -18,9 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shopsimrl.config.files import load_yaml_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
 from shopsimrl.errors import ConfigError
 
@@ -146,6 +146,7 @@ class WarmStartConfig(_Strict):
 class RunSection(_Strict):
     group: str = Field("local-round-000", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
     runs_root: str = "runs"
+    checkpoints_root: str = "checkpoints"  # checkpoints land in <checkpoints_root>/<group>/rollout-<id>
     mode: RunMode = RunMode.TRAIN
 
 
@@ -161,6 +162,10 @@ class RunConfig(_Strict):
     @property
     def stage_dir(self) -> Path:
         return Path(self.run.runs_root) / self.run.group / "train"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.run.checkpoints_root) / self.run.group
 
 
 def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
@@ -199,11 +204,7 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
 
 def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
+    raw = load_yaml_file(path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value, str(path))
     return run_config_from_mapping(raw, str(path))

@@ -33,23 +33,23 @@ from typing import Any, Protocol
 import torch
 
 from shopsimrl.config.options import options_from_args
+from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.slime_rollout_metrics import perf_metrics, sample_metrics, train_side_rollout_metrics
 from shopsimrl.metrics import names as m
+from shopsimrl.models.checkpoint import should_save
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR
 from shopsimrl.rollout.datasource import TaskGroupSource
-from shopsimrl.rollout.metadata import trajectory_key
-from shopsimrl.rollout.oversampling import Decision, OverSampler, as_filter_output
+from shopsimrl.rollout.oversampling import Decision, OverSampler
 from shopsimrl.rollout.retries import (
     RETRY_MODE_ATTR,
     RetryMode,
     run_pending_retries,
     sampling_params_from_args,
 )
-from shopsimrl.rollout.sample import DynamicFilterOutput, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -240,11 +240,7 @@ class LocalDriver:
                         f"group has {len(group)} samples, n_samples_per_prompt is {args.n_samples_per_prompt}"
                     )
                 all_data.append(group)
-                output = (
-                    as_filter_output(self.hooks.dynamic_filter(args, group))
-                    if self.hooks.dynamic_filter is not None
-                    else DynamicFilterOutput(keep=True)
-                )
+                output = call_dynamic_filter(self.hooks.dynamic_filter, args, group)
                 group_index = leaves(group[0])[0].group_index
                 decision = sampler.on_group_completed(group_index, output)
                 decisions[group_index] = decision
@@ -338,10 +334,14 @@ class LocalDriver:
         if results:
             self.on_event("retries", {"count": len(results)})
 
-    def run(self) -> list[RolloutReport]:
+    def run(self, save: Callable[[int], None] | None = None) -> list[RolloutReport]:
+        """All rollouts; `save(rollout_id)` runs after each rollout that slime's `--save-interval` rule picks."""
         reports = []
         for rollout_id in range(self.args.start_rollout_id, self.args.num_rollout):
             reports.append(self.run_rollout(rollout_id))
+            if save is not None and should_save(rollout_id, self.config.driver.save_interval, self.args.num_rollout):
+                save(rollout_id)
+                self.on_event("checkpoint", {"rollout_id": rollout_id})
         return reports
 
 

@@ -19,7 +19,11 @@ import torch
 
 from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
+from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
+from shopsimrl.metrics.alerts import AlertConfig
+from shopsimrl.metrics.live_alerts import LiveAlerts
+from shopsimrl.models.checkpoint import CheckpointInfo, checkpoint_dir_name, save_checkpoint
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
@@ -40,6 +44,7 @@ class RunResult:
     run_id: str | None = None
     model_load_seconds: float = 0.0
     elapsed_seconds: float = 0.0
+    checkpoints: list[CheckpointInfo] = field(default_factory=list)  # in save order; the last is final
 
 
 def load_model(config: RunConfig) -> tuple[Any, Any, float]:
@@ -99,15 +104,23 @@ def run_training(
     settings: WandbSettings | None = None,
     echo: Callable[[str], None] = print,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    alert_config: AlertConfig | None = None,
 ) -> RunResult:
-    """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises."""
+    """Run one round; a crash or SIGTERM leaves `<stage_dir>/failures/<utc>/failure.json` and re-raises.
+
+    Before anything expensive, `check_startup` refuses a used run directory, unwritable outputs and a
+    warm start that cannot fit `max_turns` (StartupError; no failure record: nothing ran).
+    """
     started = time.perf_counter()
     settings = settings or WandbSettings.from_env()
     if settings.group is None:
         # One group per round: without WANDB_GROUP, the W&B group is the run directory's group.
         settings = replace(settings, group=config.run.group)
     stage_dir = config.stage_dir
-    stage_dir.mkdir(parents=True, exist_ok=True)
+    # Catalog and split are cheap and deterministic: built first, so the start-up checks can use them.
+    catalog = generate_catalog(seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products)
+    tasks = load_split(catalog, config.shopsim.split)
+    check_startup(config, settings, catalog, tasks)
     config_dict = config.model_dump(mode="json")
     logger_box: dict[str, StageLogger] = {}
 
@@ -123,10 +136,6 @@ def run_training(
         result = RunResult(
             config=config, summary_line=line, stage_dir=stage_dir, model_load_seconds=load_seconds
         )
-        catalog = generate_catalog(
-            seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
-        )
-        tasks = load_split(catalog, config.shopsim.split)
         # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
         generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
         if config.warm_start.enabled:
@@ -159,6 +168,7 @@ def run_training(
             tags=[f"mode:{config.run.mode.value}", "backend:local"],
         ) as logger:
             logger_box["logger"] = logger
+            logger.add_listener(LiveAlerts(stage_dir, alert_config))  # monitor check's rules, live
             driver = LocalDriver(
                 config,
                 model=model,
@@ -170,7 +180,10 @@ def run_training(
                 use_wandb=logger.wandb_enabled,
                 on_event=on_event,
             )
-            result.reports = driver.run()
+            result.reports = driver.run(save=lambda rollout_id: result.checkpoints.append(
+                save_checkpoint(model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),
+                                rollout_id=rollout_id)
+            ))
             result.wandb_run_file = logger.wandb_run_file
             result.run_id = run_id()
     result.elapsed_seconds = time.perf_counter() - started

@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from shopsimrl.contract import Sample
 from shopsimrl.metrics import names as m
-from shopsimrl.rollout.sample import Sample
 
 
 def effective_response_length(sample: Any) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shopsimrl.contract import Arm
 from shopsimrl.metrics import names as m
 from shopsimrl.metrics.groups import GroupSummary, TrajectorySummary
-from shopsimrl.rollout.metadata import Arm
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shopsimrl.rollout.metadata import Arm, ShopSimMeta, get_meta
-from shopsimrl.rollout.sample import status_value
+from shopsimrl.contract import Arm, ShopSimMeta, get_meta, status_value
 
 # slime keeps a group when std(rewards) > 1e-6 (filter_hub, float64); we use the same tolerance.
 ZERO_STD_TOLERANCE = 1e-6

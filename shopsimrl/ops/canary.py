@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from shopsimrl.config import ShopSimOptions
 from shopsimrl.errors import ConfigError
+from shopsimrl.ops.model_files import hf_model_problems, tokenizer_problems
 
 SCHEMA_VERSION = 1
 REPORT_FILE = "canary_report.json"
@@ -52,7 +53,18 @@ class CanarySettings:
             found.append("backend=sglang needs --tokenizer (the served model's tokenizer directory)")
         if self.backend == "local" and self.url:
             found.append("--url is only for backend=sglang")
+        # Local directories are checked file by file now, not by a loader's traceback later.
+        if self.backend == "local" and self.model and _is_local_path(self.model):
+            found += hf_model_problems(self.model)
+        tokenizer_dir = self.tokenizer or self.model
+        if self.backend == "sglang" and tokenizer_dir and _is_local_path(tokenizer_dir):
+            found += tokenizer_problems(tokenizer_dir)
         return found
+
+
+def _is_local_path(name: str) -> bool:
+    """A directory path, as opposed to a Hugging Face hub id such as `org/model`."""
+    return name.startswith((".", "/", "~")) or Path(name).exists()
 
 
 @dataclass

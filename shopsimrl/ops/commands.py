@@ -26,7 +26,11 @@ import click
     "--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 @click.option(
-    "--min-free-gib", type=float, default=10.0, show_default=True, help="Free disk below this is a FAIL."
+    "--min-free-gib",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Margin in GiB on top of what the formal slime profile will write (saves x checkpoint size).",
 )
 @click.option(
     "--root",

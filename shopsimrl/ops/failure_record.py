@@ -179,11 +179,16 @@ def failure_recording(
         yield written
     except BaseException as exc:
         if not _is_clean_exit(exc):
-            written.append(
-                write_failure_record(
-                    run_dir, exc, run_id=run_id(), config=config, checkpoint_dir=checkpoint_dir
+            try:
+                written.append(
+                    write_failure_record(
+                        run_dir, exc, run_id=run_id(), config=config, checkpoint_dir=checkpoint_dir
+                    )
                 )
-            )
+            except OSError as record_error:
+                # Usually the same full or read-only disk that ended the run: say so in one line
+                # and let the run's own exception (the one that matters) propagate unmasked.
+                print(f"failure record not written: {record_error}", file=sys.stderr, flush=True)
         raise
     finally:
         if handle_sigterm:

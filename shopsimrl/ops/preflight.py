@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from shopsimrl.ops import compose_schema, slime_flags
+from shopsimrl.ops.preflight_launch import check_chat_template, check_launch_inputs
 
 SCHEMA_VERSION = 1
 COMPOSE_FILE = "compose.yaml"
@@ -38,7 +39,11 @@ SCRIPT_GLOBS: tuple[str, ...] = (
     "configs/slime/models/*.sh",
 )
 PLUGIN_CONFIG_GLOB = "configs/shopsim.*.yaml"
-LAUNCH_CONFIGS: tuple[str, ...] = ("configs/slime/smoke.env", "configs/slime/formal.env")
+LAUNCH_CONFIGS: tuple[str, ...] = (
+    "configs/slime/smoke.env",
+    "configs/slime/smoke-2gpu.env",
+    "configs/slime/formal.env",
+)
 SLIME_COMMIT_FILE = "/opt/shopsimrl/SLIME_COMMIT"
 _TIMEOUT_S = 60
 
@@ -118,9 +123,13 @@ def check_wandb_import(ctx: PreflightContext) -> CheckResult:
     return CheckResult("wandb importable", Status.PASS, f"wandb {probe.stdout.strip()} ({sys.executable})")
 
 
+def _netrc_path(ctx: PreflightContext) -> Path:
+    return Path(ctx.env.get("NETRC") or Path(ctx.env.get("HOME", "~")).expanduser() / ".netrc")
+
+
 def _netrc_hosts(ctx: PreflightContext) -> list[str]:
-    path = Path(ctx.env.get("NETRC") or Path(ctx.env.get("HOME", "~")).expanduser() / ".netrc")
-    if not path.is_file():
+    path = _netrc_path(ctx)
+    if not path.is_file():  # /dev/null (compose's stand-in when the host has no netrc) is no file
         return []
     try:
         return sorted(netrc.netrc(str(path)).hosts)
@@ -158,12 +167,23 @@ def check_wandb_status(ctx: PreflightContext) -> CheckResult:
     if ctx.env.get("WANDB_API_KEY"):
         return CheckResult(name, Status.PASS, f"WANDB_API_KEY is set in the environment (server {host})")
     if host in _netrc_hosts(ctx):
+        if ctx.runner is Runner.CONTAINER:
+            return CheckResult(name, Status.PASS, f"credentials for {host} in netrc {_netrc_path(ctx)} (mounted)")
         return CheckResult(name, Status.PASS, f"credentials for {host} in netrc (wandb login)")
     if use_wandb == "0":
         return CheckResult(name, Status.SKIP, "USE_WANDB=0: W&B is not used (local files only)")
     if mode in ("offline", "disabled"):
         return CheckResult(
             name, Status.PASS, f"WANDB_MODE={mode}: no credentials needed until `make wandb-sync`"
+        )
+    if ctx.runner is Runner.CONTAINER:
+        return CheckResult(
+            name,
+            Status.FAIL,
+            f"WANDB_MODE={mode} and no credentials for {host} inside the container "
+            f"(no WANDB_API_KEY, netrc {_netrc_path(ctx)} has none)",
+            "export WANDB_API_KEY on the host (compose passes it by name) or `wandb login` on the host "
+            "(make mounts ~/.netrc at /run/secrets/wandb.netrc), then make preflight",
         )
     return CheckResult(
         name,
@@ -351,18 +371,10 @@ def check_wandb_dirs(ctx: PreflightContext) -> CheckResult:
 
 
 def check_free_disk(ctx: PreflightContext) -> CheckResult:
-    base = _persistent_root(ctx)
-    probe = base if base.exists() else ctx.root
-    free_gib = shutil.disk_usage(probe).free / 2**30
-    detail = f"{free_gib:.1f} GiB free at {probe}"
-    if free_gib < ctx.min_free_gib:
-        return CheckResult(
-            "free disk",
-            Status.FAIL,
-            f"{detail} (< {ctx.min_free_gib:g} GiB)",
-            "free space or move runs/, checkpoints/ and wandb/ to a larger volume",
-        )
-    return CheckResult("free disk", Status.PASS, detail)
+    """Free disk against what the formal profile will write (`--min-free-gib` is the margin on top)."""
+    from shopsimrl.ops.preflight_launch import check_disk_for_profile
+
+    return check_disk_for_profile(ctx)
 
 
 def mount_points(mountinfo: Path) -> set[str]:
@@ -599,6 +611,8 @@ def run_preflight(ctx: PreflightContext) -> list[CheckResult]:
             check_wandb_dirs,
             check_free_disk,
             check_slime_source,
+            check_launch_inputs,
+            check_chat_template,
         ]
         return [check(ctx) for check in checks]
     results = [
@@ -615,6 +629,7 @@ def run_preflight(ctx: PreflightContext) -> list[CheckResult]:
             check_free_disk,
             check_no_api_key,
             check_image_pins,
+            check_chat_template,
         )
     ]
     engine = check_docker_engine(ctx)

@@ -71,6 +71,7 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--input-key", "prompt field of the JSONL"),
             ("--label-key", "label field of the JSONL"),
             ("--metadata-key", "metadata field of the JSONL (task id)"),
+            ("--apply-chat-template", "prompts are chat messages (Qwen3.5 ships a processor: slime needs lists)"),
             ("--rollout-shuffle", "shuffle the task order"),
             ("--rollout-seed", "seed of the shuffle"),
             # batch shape
@@ -80,7 +81,6 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--over-sampling-batch-size", "groups fetched per dynamic-sampling wave"),
             ("--num-steps-per-rollout", "optimizer steps per rollout step"),
             ("--rollout-max-response-len", "token budget of one generation"),
-            ("--rollout-max-context-len", "context budget of one trajectory"),
             ("--rollout-temperature", "sampling temperature"),
             # our hooks (dotted paths: docs/contracts.md)
             ("--custom-generate-function-path", "multi-turn ShopSim agent loop"),

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.contract import ShopSimMeta, get_meta, status_value
 from shopsimrl.metrics.groups import GroupSummary
 from shopsimrl.records.schemas import GroupTrace, OutcomeRecord, SegmentTrace, TrajectoryTrace
-from shopsimrl.rollout.metadata import ShopSimMeta, get_meta
-from shopsimrl.rollout.sample import status_value
 from shopsimrl.storage import atomic_write_many, json_bytes
 
 TRACES_DIR = "traces"

@@ -43,9 +43,7 @@ _EXPORTS: dict[str, str] = {
     # retries
     "run_pending_retries": "shopsimrl.rollout.retries",
     "schedule_pending": "shopsimrl.rollout.retries",
-    # sample contract, filter, advantages
-    "Sample": "shopsimrl.rollout.sample",
-    "ShopSimMeta": "shopsimrl.rollout.metadata",
+    # filter, advantages (the sample contract itself lives in shopsimrl.contract)
     "dynamic_sampling_filter": "shopsimrl.rollout.filters",
     "reward_post_process": "shopsimrl.rollout.advantages",
 }

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from shopsimrl.config.options import options_from_args
-from shopsimrl.rollout.metadata import METADATA_KEY, get_meta
+from shopsimrl.contract import METADATA_KEY, get_meta
 
 GRPO_EPSILON = 1e-6
 _STD_ESTIMATORS = frozenset({"grpo", "gspo", "cispo"})

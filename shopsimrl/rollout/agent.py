@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shopsimrl.config.options import ShopSimOptions, options_from_args
+from shopsimrl.contract import Outcome, TechnicalErrorInfo
 from shopsimrl.errors import ConfigError, TechnicalError, TechnicalErrorKind
 from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import FinishReason, GenerationAborted, Generator
 from shopsimrl.rollout.generators.sglang import SGLangGenerator
-from shopsimrl.rollout.metadata import Outcome, TechnicalErrorInfo
 from shopsimrl.rollout.prompting import (
     IM_END,
     TOOL_ROLE,

@@ -26,6 +26,10 @@ def tasks() -> None:
 def export(config_path: str, out_path: str, limit: int | None) -> None:
     """Write slime prompt data: one line per train task of the configured catalog (no gold).
 
+    Each line's `prompt` is a list of chat messages (the instruction as one user message), the
+    shape slime needs with --apply-chat-template for checkpoints that ship a processor (Qwen3.5);
+    `metadata.task_id` names the task our generate hook plays.
+
     Only the train split is exported: validation tasks belong to the gate and never reach training
     or the Failure Analyst.
 

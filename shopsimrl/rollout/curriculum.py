@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from shopsimrl.config.options import ShopSimOptions
+from shopsimrl.contract import Arm
 from shopsimrl.errors import ConfigError
-from shopsimrl.rollout.metadata import Arm
 from shopsimrl.rollout.skillbank import Skillbank
 
 # Attribute of slime's `args` holding the rollout step being generated (see `rollout_step`).

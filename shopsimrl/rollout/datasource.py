@@ -1,13 +1,19 @@
 """How tasks reach the rollout: slime prompt data, the group key, and the local data source.
 
 slime reads prompt data as JSONL (`--prompt-data`, with `--input-key prompt --label-key label
---metadata-key metadata`); `export_prompt_data` writes one line per task:
+--metadata-key metadata --apply-chat-template`); `export_prompt_data` writes one line per task:
 
-    {"prompt": "<instruction>", "label": "<task_id>",
-     "metadata": {"schema_version": 1, "task_id": "train-0-00012", "split": "train"}}
+    {"prompt": [{"role": "user", "content": "<instruction>"}], "label": "<task_id>",
+     "metadata": {"schema_version": 2, "task_id": "train-0-00012", "split": "train"}}
 
-Our custom generate never uses `prompt` as model input (it renders the chat itself); it looks the
-task up by `metadata.task_id`, so gold never travels through the data file.
+Why a message list: Qwen3.5 checkpoints ship a processor config, so slime's data source loads a
+(vision-language) processor, and its `Dataset` then asserts that every prompt is a list of chat
+messages (slime v0.3.1 `slime/utils/data.py`). With `--apply-chat-template` slime renders the list
+with the checkpoint's template into `sample.prompt` (its logs and length filter use that text).
+
+Our custom generate never uses `prompt` as model input (it renders the chat itself, with the system
+prompt of the group's skill mask and the offered tools); it looks the task up by
+`metadata.task_id`, so gold never travels through the data file.
 
 Group key (docs/curriculum.md): `f"{task_id}#g{group_index}"`. slime's data source gives every
 prompt group a global, checkpointed, monotonically increasing `group_index` shared by its n
@@ -23,12 +29,13 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shopsimrl.rollout.sample import Sample
+from shopsimrl.contract import Sample
 from shopsimrl.shop import Catalog, Task, get_task
 from shopsimrl.storage import atomic_write_text
 from shopsimrl.storage.jsonl import dumps_record
 
-PROMPT_DATA_SCHEMA_VERSION = 1
+# 2: `prompt` is a list of chat messages (1 had the bare instruction string).
+PROMPT_DATA_SCHEMA_VERSION = 2
 TASK_ID_KEY = "task_id"
 SPLIT_KEY = "split"
 
@@ -39,10 +46,15 @@ def group_key(task_id: str, group_index: int) -> str:
     return f"{task_id}#g{int(group_index)}"
 
 
+def prompt_messages(task: Task) -> list[dict[str, str]]:
+    """The prompt slime sees for `task`: the instruction as one user message."""
+    return [{"role": "user", "content": task.instruction}]
+
+
 def prompt_record(task: Task) -> dict[str, Any]:
     """One slime prompt-data line for `task` (no gold)."""
     return {
-        "prompt": task.instruction,
+        "prompt": prompt_messages(task),
         "label": task.task_id,
         "metadata": {
             "schema_version": PROMPT_DATA_SCHEMA_VERSION,

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from shopsimrl.config.options import options_from_args
+from shopsimrl.contract import DynamicFilterOutput
 from shopsimrl.metrics.groups import GroupSummary, summarize_group
-from shopsimrl.rollout.sample import DynamicFilterOutput
 
 REASON_TECHNICAL = "technical_error"
 REASON_RETRY = "diagnostic_retry"

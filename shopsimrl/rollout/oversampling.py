@@ -12,13 +12,16 @@ slime's `generate_rollout_async`, reduced to its decisions:
 
     should_drop: keep -> False; keep_when_insufficient and remaining <= target -> False; else True
 
-The local backend's driver uses this class, so both backends drop exactly the same groups. Usage:
+The filter call and the drop rule are slime's own functions (`call_dynamic_filter`,
+`should_drop_dynamic_filter_output`, via `shopsimrl.contract`) whenever slime is importable; only the
+loop around them is ours. The local backend's driver uses this class, so both backends drop exactly
+the same groups. Usage:
 
     sampler = OverSampler(target=16, over_sampling_batch_size=32)
     while not sampler.done:
         fetch(sampler.next_wave())          # 0 when no wave is due
         for group in finished_groups():     # one asyncio.wait batch
-            decision = sampler.on_group_completed(group_id, filter_output)
+            decision = sampler.on_group_completed(group_id, call_dynamic_filter(fn, args, group))
 """
 
 from __future__ import annotations
@@ -28,30 +31,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from shopsimrl.contract import DynamicFilterOutput, should_drop_dynamic_filter_output
 from shopsimrl.metrics.names import dynamic_filter_drop_key
-from shopsimrl.rollout.sample import DynamicFilterOutput
 
 
 class Decision(StrEnum):
     ACCEPTED = "accepted"  # entered the batch (the trainer)
     DROPPED = "dropped"  # rejected by the filter; counted in drop_<reason>; `remaining` shrinks
     SURPLUS = "surplus"  # passed the filter after the batch was full: neither trained nor counted
-
-
-def should_drop(output: DynamicFilterOutput, remaining: int, target: int) -> bool:
-    """slime's `should_drop_dynamic_filter_output`."""
-    if output.keep:
-        return False
-    if output.keep_when_insufficient and remaining <= target:
-        return False
-    return True
-
-
-def as_filter_output(value: DynamicFilterOutput | bool | Any) -> DynamicFilterOutput:
-    """slime wraps a legacy (bool-like) filter return as `DynamicFilterOutput(keep=bool(x))`."""
-    if isinstance(value, DynamicFilterOutput):
-        return value
-    return DynamicFilterOutput(keep=bool(value))
 
 
 @dataclass
@@ -88,13 +75,15 @@ class OverSampler:
         self.submitted += requested
         return requested
 
-    def on_group_completed(self, group_id: Any, output: DynamicFilterOutput | bool) -> Decision:
-        decision_input = as_filter_output(output)
-        if should_drop(decision_input, self.remaining, self.target):
+    def on_group_completed(self, group_id: Any, output: DynamicFilterOutput) -> Decision:
+        """`output` as slime's `call_dynamic_filter` returns it (a legacy bool already wrapped)."""
+        if should_drop_dynamic_filter_output(
+            output, remaining_batch_size=self.remaining, target_data_size=self.target
+        ):
             self.remaining -= 1
-            self.dropped.append((group_id, decision_input.reason))
-            if decision_input.reason:  # slime does not count a drop without a reason
-                self._drops[decision_input.reason] += 1
+            self.dropped.append((group_id, output.reason))
+            if output.reason:  # slime does not count a drop without a reason
+                self._drops[output.reason] += 1
             return Decision.DROPPED
         if len(self.accepted) < self.target:
             self.accepted.append(group_id)

@@ -6,11 +6,18 @@ The all-samples hook (`shopsimrl.slime_metrics.record_generated_rollout_groups`)
 `retry_results.jsonl` and is not running in this process; results are appended there, so a
 restarted run picks up what a killed one left.
 
-How `schedule_pending` runs them depends on `args.shopsim_retry_mode` (`RetryMode`):
-- `background` (default under slime): a daemon thread with its own event loop talks to SGLang;
-  the rollout never waits for it.
-- `inline` (default when the local backend injected `args.shopsim_generator`): run now, in a
-  worker thread with its own loop, and return when they are done.
+How `schedule_pending` runs them depends on `args.shopsim_retry_mode` (`RetryMode`, decided by
+`retry_mode(args)`):
+- `inline` (the default, slime and the local backend alike): run now, concurrently, in a worker
+  thread with its own loop, and return when they are done. Under slime the all-samples hook is
+  called inside the rollout function (`generate_rollout_async`, after its abort of leftover
+  requests and before it returns), the only window in which the engines are guaranteed to be up
+  and to serve the weights this rollout was generated with. The rollout step waits for the
+  retries (about one episode, since they run concurrently).
+- `background`: a daemon thread with its own event loop talks to SGLang; the rollout never waits.
+  Only with engines that are not colocated (`--colocate` off): right after the rollout returns,
+  slime aborts requests, offloads colocated engines and pushes new weights, and its
+  `flush_cache` waits for pending requests and then raises. `retry_mode` refuses the combination.
 - `driver`: do nothing; the local driver calls `run_pending_retries(...)` itself.
 """
 
@@ -33,7 +40,7 @@ from shopsimrl.records import (
     read_retry_requests,
     read_retry_results,
 )
-from shopsimrl.rollout.agent import INJECT_GENERATOR_ATTR, AgentRuntime, run_trajectory
+from shopsimrl.rollout.agent import AgentRuntime, run_trajectory
 from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import Generator
 from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
@@ -138,16 +145,19 @@ async def run_retry(
 
 
 async def _run_all(requests: list[RetryRequest], run_dir: str, **episode: Any) -> list[RetryResult]:
-    results = []
+    """Every request concurrently (the rollout window waits for the slowest, not the sum); results in
+    request order, each appended as soon as its episode ends."""
+
+    async def one(request: RetryRequest) -> RetryResult:
+        result, _ = await run_retry(request, **episode)
+        append_retry_result(run_dir, result)
+        return result
+
     try:
-        for request in requests:
-            result, _ = await run_retry(request, **episode)
-            append_retry_result(run_dir, result)
-            results.append(result)
+        return list(await asyncio.gather(*(one(request) for request in requests)))
     finally:  # unfinished ones become pending again for the next call
         for request in requests:
             _IN_FLIGHT.release(request.request_id)
-    return results
 
 
 def run_pending_retries(
@@ -207,15 +217,27 @@ def schedule_pending(args: Any) -> threading.Thread | None:
 
 
 def retry_mode(args: Any) -> RetryMode:
+    """How retries run for these args: inline unless set; background only without --colocate."""
     explicit = vars(args).get(RETRY_MODE_ATTR)
-    if explicit is not None:
-        try:
-            return RetryMode(explicit)
-        except ValueError:
-            raise ValueError(
-                f"args.{RETRY_MODE_ATTR}={explicit!r}; expected one of: {', '.join(m.value for m in RetryMode)}"
-            ) from None
-    return RetryMode.INLINE if vars(args).get(INJECT_GENERATOR_ATTR) is not None else RetryMode.BACKGROUND
+    if explicit is None:
+        return RetryMode.INLINE
+    try:
+        mode = RetryMode(explicit)
+    except ValueError:
+        raise ValueError(
+            f"args.{RETRY_MODE_ATTR}={explicit!r}; expected one of: {', '.join(m.value for m in RetryMode)}"
+        ) from None
+    if mode is RetryMode.BACKGROUND and vars(args).get("colocate"):
+        raise ValueError(background_colocate_error())
+    return mode
+
+
+def background_colocate_error() -> str:
+    return (
+        f"{RETRY_MODE_ATTR}=background needs engines that are not colocated: with --colocate slime aborts, "
+        "offloads and updates the engines right after the rollout returns, and background retries would "
+        "race it (flush_cache raises on pending requests); use inline (the default)"
+    )
 
 
 def sampling_params_from_args(args: Any) -> dict[str, Any]:

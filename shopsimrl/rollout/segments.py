@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from shopsimrl.rollout.metadata import SegmentInfo, ShopSimMeta, set_meta
+from shopsimrl.contract import SegmentInfo, ShopSimMeta, set_meta
 from shopsimrl.rollout.trajectory import Trajectory, TrajectoryStatus
 
 # Keys added next to the contract keys of metadata["shopsim"] (ShopSimMeta allows extra keys).

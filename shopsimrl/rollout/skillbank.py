@@ -13,14 +13,13 @@ retry and have no rho. `load_skillbank` reports every problem of a file at once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shopsimrl.config.files import parse_json, read_config_text
 from shopsimrl.errors import ConfigError
 
 SKILLBANK_SCHEMA_VERSION = 1
@@ -71,15 +70,10 @@ def load_skillbank(path: str | os.PathLike[str]) -> Skillbank:
     """Read and validate a skillbank JSON file; raises `ConfigError` listing every problem."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_config_text(path)
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            source, [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
-        ) from None
+    raw = parse_json(text, source)
     return validate_skillbank(raw, source)
 
 

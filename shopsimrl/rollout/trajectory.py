@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from shopsimrl.rollout.metadata import Outcome
+from shopsimrl.contract import Outcome
 
 
 class TrajectoryStatus(StrEnum):

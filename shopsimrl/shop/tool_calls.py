@@ -52,21 +52,84 @@ def _strip_end_tokens(text: str) -> str:
     return text
 
 
-_RAW_DECODE = json.JSONDecoder().raw_decode
+# Tool calls are flat: the call object, its arguments, maybe a list value. Deeper text is refused
+# before decoding, which would otherwise recurse until Python's recursion limit (a RecursionError).
+MAX_JSON_DEPTH = 32
+_INT_DIGITS_LIMIT = 4300  # CPython's int() limit on decimal digits (sys.get_int_max_str_digits)
+
+
+class _NotANumber(ValueError):
+    """A number token of the model's JSON that the shop cannot hold; the message is the ParseFailure."""
+
+
+def _reject_constant(token: str) -> Any:
+    raise _NotANumber(f"tool call JSON holds {token}, which is not a JSON number")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if value - value != 0.0:  # inf or nan: the literal overflowed the 64-bit float
+        raise _NotANumber(f"tool call JSON holds the number {token[:40]}, which is out of range")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_RAW_DECODE = _DECODER.raw_decode
+
+
+def _too_deep(text: str) -> bool:
+    """True when arrays/objects nest deeper than MAX_JSON_DEPTH (brackets inside strings ignored)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False  # the common case: too few brackets to be too deep, no scan needed
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def _decode(text: str) -> Any:
+    """`json.loads` that never raises: the value, or the ParseFailure that says what is wrong."""
+    if _too_deep(text):
+        return ParseFailure(f"tool call JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        obj, end = _RAW_DECODE(text)
+    except json.JSONDecodeError:
+        end = -1
+    except _NotANumber as e:
+        return ParseFailure(str(e))
+    except ValueError:  # int() refused the digits: the only other ValueError the decoder raises
+        return ParseFailure(f"tool call JSON holds an integer of more than {_INT_DIGITS_LIMIT} digits")
+    if end == len(text):
+        return obj
+    # Not one complete value: json.loads gives the exact error message (text is stripped).
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return ParseFailure(f"tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+    except ValueError:
+        pass
+    return ParseFailure("tool call is not valid JSON")
 
 
 def _parse_json_body(body: str) -> ToolCall | ParseFailure:
-    # body is stripped, so a complete decode from 0 to the end is what json.loads accepts; any
-    # other case goes through json.loads for its exact error message.
-    try:
-        obj, end = _RAW_DECODE(body)
-    except json.JSONDecodeError:
-        end = -1
-    if end != len(body):
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as e:
-            return ParseFailure(f"tool call is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+    obj = _decode(body)
+    if type(obj) is ParseFailure:
+        return obj
     if not isinstance(obj, dict):
         return ParseFailure(f"tool call JSON must be an object, got {type(obj).__name__}")
     if "name" not in obj:
@@ -81,10 +144,9 @@ def _parse_json_body(body: str) -> ToolCall | ParseFailure:
     arguments = obj["arguments"]
     if isinstance(arguments, str):
         # Some serving stacks double-encode arguments; accept a string that holds a JSON object.
-        try:
-            decoded = json.loads(arguments)
-        except json.JSONDecodeError:
-            decoded = None
+        decoded = _decode(arguments.strip())
+        if type(decoded) is ParseFailure and not decoded.message.startswith("tool call is not valid JSON"):
+            return decoded  # a number it cannot hold or too deep: say so, not "got string"
         if not isinstance(decoded, dict):
             return ParseFailure(f'"arguments" of "{name}" must be a JSON object, got string')
         arguments = decoded

@@ -10,6 +10,7 @@ turned into a technical error by the environment).
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import types
 import typing
@@ -203,6 +204,32 @@ def _type_name(value: Any) -> str:
     }.get(type(value), "null" if value is None else type(value).__name__)
 
 
+# The numbers a tool argument may hold: what a JSON-schema "integer" is in every serving stack
+# (int64), and finite 64-bit floats. Anything else is the policy's bad argument, never a crash.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_SHOWN_TEXT = 40  # longer text arguments are described by their length, not echoed
+
+
+def _show_text(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN_TEXT else f"a text of {len(text)} characters"
+
+
+def _range_problem(spec: ToolSpec, param: Param, value: Any) -> str | None:
+    """Why a well-typed integer or number argument is outside what the shop can hold, or None."""
+    where = f"argument {param.name} of {spec.name}"
+    if param.json_type == "integer":
+        if not _INT_MIN <= value <= _INT_MAX:
+            return f"{where} is out of range: integers must lie in [-2**63, 2**63)"
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range
+        return f"{where} is out of range: numbers must be finite 64-bit floats"
+    if not math.isfinite(number):
+        return f"{where} must be a finite number, got {number}"
+    return None
+
+
 def validate_arguments(spec: ToolSpec, call: ToolCall) -> dict[str, Any] | str:
     """Keyword arguments for the tool, or the message of what is wrong with them."""
     args = call.arguments
@@ -224,12 +251,16 @@ def validate_arguments(spec: ToolSpec, call: ToolCall) -> dict[str, Any] | str:
         if call.text_arguments and isinstance(value, str):
             try:
                 value = _convert_text(p, value)
-            except ValueError:
-                return f"argument {p.name} of {spec.name} must be {_article(p.json_type)}, got {value!r}"
+            except ValueError:  # not a literal of the type, or more digits than int() reads
+                return f"argument {p.name} of {spec.name} must be {_article(p.json_type)}, got {_show_text(value)}"
         if not _type_ok(p.json_type, value):
             return (
                 f"argument {p.name} of {spec.name} must be {_article(p.json_type)}, got {_type_name(value)}"
             )
+        if p.json_type in ("integer", "number"):
+            problem = _range_problem(spec, p, value)
+            if problem is not None:
+                return problem
         if p.enum is not None and value not in p.enum:
             choices = ", ".join(str(v) for v in p.enum)
             return f"argument {p.name} of {spec.name} must be one of: {choices}; got {value!r}"
@@ -238,7 +269,8 @@ def validate_arguments(spec: ToolSpec, call: ToolCall) -> dict[str, Any] | str:
 
 
 # Exact types accepted per JSON type on the fast path; anything else (subclasses, text arguments,
-# nulls, enum misses) goes through `validate_arguments`, which gives the same answer or the message.
+# nulls, enum misses, numbers out of range) goes through `validate_arguments`, which gives the same
+# answer or the message.
 _FAST_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,),
 }  # fmt: skip
@@ -250,7 +282,10 @@ def _compile_validator(spec: ToolSpec) -> Callable[[dict[str, Any]], dict[str, A
     Returns the keyword arguments `validate_arguments` would return, or None when the arguments
     need the general path (which then produces the exact error message)."""
     required = tuple(p.name for p in spec.params if p.required)
-    checks = {p.name: (_FAST_TYPES[p.json_type], p.json_type == "number", p.enum) for p in spec.params}
+    checks = {
+        p.name: (_FAST_TYPES[p.json_type], p.json_type == "number", p.json_type in ("integer", "number"), p.enum)
+        for p in spec.params
+    }
 
     def fast(args: dict[str, Any]) -> dict[str, Any] | None:
         for name in required:
@@ -261,8 +296,13 @@ def _compile_validator(spec: ToolSpec) -> Callable[[dict[str, Any]], dict[str, A
             check = checks.get(name)
             if check is None:
                 return None
-            types_, is_number, enum = check
-            if type(value) not in types_ or (enum is not None and value not in enum):
+            types_, is_number, numeric, enum = check
+            value_type = type(value)
+            if value_type not in types_ or (enum is not None and value not in enum):
+                return None
+            if numeric and (
+                value - value != 0 if value_type is float else not _INT_MIN <= value <= _INT_MAX
+            ):  # inf/nan (inf - inf is nan), or an integer beyond int64
                 return None
             kwargs[name] = float(value) if is_number else value
         return kwargs

@@ -6,10 +6,13 @@ from shopsimrl.storage.atomic import (
     atomic_write_many,
     atomic_write_text,
     json_bytes,
+    open_temp,
 )
+from shopsimrl.storage.faults import SPACE_ERRNOS, os_error_cause, storage_error, writable_dir_problem
 from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
 
 __all__ = [
+    "SPACE_ERRNOS",
     "JsonlReadResult",
     "append_jsonl",
     "atomic_write_bytes",
@@ -17,5 +20,9 @@ __all__ = [
     "atomic_write_many",
     "atomic_write_text",
     "json_bytes",
+    "open_temp",
+    "os_error_cause",
     "read_jsonl",
+    "storage_error",
+    "writable_dir_problem",
 ]

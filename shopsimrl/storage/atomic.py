@@ -8,33 +8,61 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.storage.faults import storage_error
+
 # fsyncs in flight at once: the filesystem commits concurrent fsyncs in one journal transaction.
 _FSYNC_THREADS = 16
 
 
+def open_temp(target: Path) -> tuple[int, str]:
+    """Create a hidden temp file beside `target`: `(fd, path)`, opened for writing.
+
+    Created with mode 0o666 like `open()` creates files, so the process umask decides the final
+    permissions (tempfile.mkstemp would make every record 0600, unreadable to a tools container or
+    a teammate, while metrics.jsonl is 0644).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for _ in range(100):
+        name = str(target.parent / f".{target.name}.tmp-{secrets.token_hex(4)}")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue  # a name of another writer (or a leftover): draw again
+    raise FileExistsError(f"no free temp name beside {target} after 100 tries")
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` atomically and durably; creates parent directories."""
+    """Write `data` to `path` atomically and durably; creates parent directories.
+
+    A write the machine refuses (disk full, read-only, permission) raises `StorageError` naming
+    `path` and the cause; the old file, if any, stays intact.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = open_temp(target)
+    except OSError as exc:
+        raise storage_error(target, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         # Clean up the temp file on any failure (full disk, signal): the old file stays intact.
         try:
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise storage_error(target, exc) from exc
         raise
     _fsync_directory(target.parent)
     return target
@@ -48,24 +76,30 @@ def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Pat
     fsyncs per file (which dominate writing a step's group traces on a virtual disk).
     """
     temps: list[tuple[str, Path]] = []
+    current: Path | None = None  # the file being written, for the error message
     try:
         for path, data in files.items():
-            target = Path(path)
+            current = target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+            fd, tmp_name = open_temp(target)
             temps.append((tmp_name, target))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
+        current = None
         with ThreadPoolExecutor(max_workers=max(1, min(_FSYNC_THREADS, len(temps)))) as pool:
             list(pool.map(_fsync_file, [tmp for tmp, _ in temps]))
         for tmp_name, target in temps:
+            current = target
             os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         for tmp_name, _ in temps:
             try:
                 os.unlink(tmp_name)
             except FileNotFoundError:
                 pass
+        if isinstance(exc, OSError):
+            where = current if current is not None else Path(os.path.commonpath([str(t) for _, t in temps]))
+            raise storage_error(where, exc) from exc
         raise
     for directory in sorted({target.parent for _, target in temps}):
         _fsync_directory(directory)

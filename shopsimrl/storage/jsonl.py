@@ -7,6 +7,7 @@ corruption and raises `TornRecordError` (strict) or is reported too (tolerant).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.errors import TornRecordError
+from shopsimrl.storage.faults import storage_error
 
 
 def _default(obj: Any) -> Any:
@@ -30,19 +32,43 @@ def dumps_record(record: Any) -> str:
 
 
 def append_jsonl(path: str | os.PathLike[str], record: Any, *, fsync: bool = False) -> None:
-    """Append one record as one line with a single write call (O_APPEND keeps lines whole)."""
+    """Append one record as one line with a single write call (O_APPEND keeps lines whole).
+
+    A write the machine refuses raises `StorageError` ("cannot write <path>: disk full"). A short
+    write (the disk filled up during the write) is continued; if the rest cannot be written, the
+    partial record is cut off again, so the file keeps only whole lines.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     line = (dumps_record(record) + "\n").encode("utf-8")
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides, as open()
+    except OSError as exc:
+        raise storage_error(target, exc) from exc
     try:
         written = os.write(fd, line)
         if written != len(line):
-            raise OSError(f"short write to {target}: {written} of {len(line)} bytes")
+            _finish_short_write(fd, line, written)
         if fsync:
             os.fsync(fd)
+    except OSError as exc:
+        raise storage_error(target, exc) from exc
     finally:
         os.close(fd)
+
+
+def _finish_short_write(fd: int, line: bytes, written: int) -> None:
+    try:
+        while written < len(line):
+            more = os.write(fd, line[written:])
+            if more == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += more
+    except OSError:
+        # O_APPEND: the offset is the end of our partial record. Cutting it keeps the file whole
+        # lines (another process appending to the same file at this instant would lose its line).
+        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
+        raise
 
 
 @dataclass

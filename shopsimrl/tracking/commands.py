@@ -70,6 +70,7 @@ def verify_command(stage_dir: Path, run_file: Path | None, run_path: str | None)
 
     Example: shopsimrl wandb verify runs/qwen35-4b-round-000/train
     """
+    from shopsimrl.errors import RecordFormatError
     from shopsimrl.tracking.offline_reader import OfflineRunFormatError
     from shopsimrl.tracking.verify import offline_history, online_history, stage_run_file, verify_stage
 
@@ -84,7 +85,7 @@ def verify_command(stage_dir: Path, run_file: Path | None, run_path: str | None)
             history = offline_history(path)
             source = str(path)
         report = verify_stage(stage_dir, history)
-    except (FileNotFoundError, OfflineRunFormatError) as exc:
+    except (FileNotFoundError, OfflineRunFormatError, RecordFormatError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"verify {stage_dir} against {source}")
     for line in report.lines():
@@ -141,6 +142,7 @@ def export_command(
     Example: shopsimrl wandb export --group qwen35-4b-round-000 --group qwen35-4b-round-001 --offline-dir wandb
     """
     from shopsimrl.diagnostics import ExportError, OfflineHistorySource, OnlineHistorySource, export_history
+    from shopsimrl.errors import StorageError
     from shopsimrl.tracking.settings import WandbSettings
 
     try:
@@ -159,7 +161,7 @@ def export_command(
         result = export_history(
             list(groups), source, out_dir, updates_per_rollout=updates_per_rollout, plots=not no_plots
         )
-    except (ExportError, ConfigError) as exc:
+    except (ExportError, ConfigError, StorageError) as exc:
         raise click.ClickException(str(exc)) from exc
     totals = result.summary["totals"]
     click.echo(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import tempfile
 import threading
 import time
 import warnings
@@ -25,10 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.storage import append_jsonl, atomic_write_json
+from shopsimrl.storage import append_jsonl, atomic_write_json, writable_dir_problem
 from shopsimrl.tracking.axes import merged_axes
 from shopsimrl.tracking.secrets import scrub_secrets
 from shopsimrl.tracking.settings import ENV_CACHE_DIR, ENV_DATA_DIR, WandbMode, WandbSettings
@@ -53,6 +52,27 @@ class LoggerState(StrEnum):
     WANDB_FAILED = "wandb_failed"  # init failed: the stage goes on with local files only
     FINISHED = "finished"
     FAILED = "failed"  # finished with a non-zero exit code
+
+
+class LogListener(Protocol):
+    """Called after every `log` (the row is already on disk) and once when the logger finishes.
+
+    The live alert rules (shopsimrl.metrics.live_alerts) are one; a listener must not raise for bad
+    data: an exception propagates into the training loop like any other bug.
+    """
+
+    def on_log(self, logger: StageLogger, metrics: Mapping[str, Any]) -> None: ...
+
+    def on_finish(self, logger: StageLogger) -> None: ...
+
+
+class AlertDelivery(StrEnum):
+    """What `StageLogger.alert` did with an alert (the local alert log records it)."""
+
+    SENT = "sent"  # handed to W&B's run.alert (online run)
+    OFFLINE = "offline"  # W&B offline: an alert replayed at sync time would be stale, so none is sent
+    NO_RUN = "no_run"  # W&B off or failed: local log only
+    FAILED = "failed"  # run.alert raised; counted in wandb_status.json
 
 
 class StageLogger:
@@ -89,6 +109,7 @@ class StageLogger:
         self.exit_code: int | None = None
         self._started = False
         self._previous_sigterm: Any = None
+        self.listeners: list[LogListener] = []
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -132,6 +153,8 @@ class StageLogger:
         """Finish the W&B run (flushes the offline file) and restore the SIGTERM handler. Idempotent."""
         if not self._started:
             return
+        for listener in self.listeners:
+            listener.on_finish(self)  # before run.finish, so a last alert still reaches W&B
         self._restore_sigterm()
         if self.run is not None and self.state is LoggerState.RUNNING:
             try:
@@ -156,6 +179,25 @@ class StageLogger:
                 self.run.log(dict(metrics))
             except Exception as exc:
                 self._record_failure("log", exc)
+        for listener in self.listeners:
+            listener.on_log(self, metrics)
+
+    def add_listener(self, listener: LogListener) -> None:
+        self.listeners.append(listener)
+
+    def alert(self, title: str, text: str, level: str = "WARN") -> AlertDelivery:
+        """W&B's own alert (`run.alert`) when the run is online; returns what was done with it."""
+        if self.run is None or self.state is not LoggerState.RUNNING:
+            return AlertDelivery.NO_RUN
+        if self.settings.mode is not WandbMode.ONLINE:
+            return AlertDelivery.OFFLINE
+        try:
+            # W&B limits titles to 64 characters and throttles repeats of one title (wait_duration).
+            self.run.alert(title=title[:63], text=text, level=level)
+        except Exception as exc:
+            self._record_failure("alert", exc)
+            return AlertDelivery.FAILED
+        return AlertDelivery.SENT
 
     def log_table(self, key: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
         """Write the table to `<stage_dir>/tables/<key>.json`, then log it to W&B as a Table.
@@ -316,6 +358,20 @@ class StageLogger:
             self._previous_sigterm = None
 
 
+def wandb_dir_problems(settings: WandbSettings) -> list[str]:
+    """Each of WANDB_DIR, WANDB_DATA_DIR and WANDB_CACHE_DIR that cannot be created or written, with the cause."""
+    problems: list[str] = []
+    for label, path in (
+        ("WANDB_DIR", settings.dir),
+        ("WANDB_DATA_DIR", settings.data_dir),
+        ("WANDB_CACHE_DIR", settings.cache_dir),
+    ):
+        cause = writable_dir_problem(path)
+        if cause:
+            problems.append(f"{label} {path}: {cause}")
+    return problems
+
+
 def prepare_wandb_dirs(settings: WandbSettings) -> None:
     """Create WANDB_DIR and its data/cache dirs, refuse them if not writable, and point wandb at them.
 
@@ -324,30 +380,12 @@ def prepare_wandb_dirs(settings: WandbSettings) -> None:
     default to `$HOME`, which is usually not persistent: `WandbSettings` puts them under WANDB_DIR
     unless set explicitly, and this exports them for wandb (which reads them only from the environment).
     """
-    problems: list[str] = []
-    for label, path in (
-        ("WANDB_DIR", settings.dir),
-        ("WANDB_DATA_DIR", settings.data_dir),
-        ("WANDB_CACHE_DIR", settings.cache_dir),
-    ):
-        problem = _writable_dir_problem(path)
-        if problem:
-            problems.append(f"{label} {path}: {problem}")
+    problems = wandb_dir_problems(settings)
     if problems:
         raise ConfigError("W&B directories", problems)
     # wandb reads these two only from the environment (no Settings field); wandb-core inherits them.
     os.environ[ENV_DATA_DIR] = str(settings.data_dir)
     os.environ[ENV_CACHE_DIR] = str(settings.cache_dir)
-
-
-def _writable_dir_problem(path: Path) -> str | None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
-            pass
-    except OSError as exc:
-        return f"not a writable directory ({type(exc).__name__}: {exc.strerror or exc})"
-    return None
 
 
 def _raise_system_exit(signum: int, _frame: FrameType | None) -> None:

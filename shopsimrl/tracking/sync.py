@@ -1,9 +1,13 @@
 """Upload offline runs with `wandb sync`, one run at a time, trusting the `.synced` marker only.
 
 `wandb sync` (0.31) exits 0 even when the run could not be initialised on the server, and hangs on an
-unreachable server with its default retries. So each run is synced in its own process group under a
+unreachable server with its default retries. So the server (or the proxy in front of it) is first
+checked with one TCP connect (a closed port or an unknown host is "server unreachable" at once,
+instead of a timeout per run); then each run is synced in its own process group under a
 wall-clock timeout, and success is the marker `run-<id>.wandb.synced` that wandb writes next to the
 run file after an upload, not the exit code. Runs that already have the marker are skipped.
+`wandb sync` runs with WANDB_DIR set to the directory being synced, so its debug log
+(`<dir>/wandb/logs/debug-sync.*.log`) stays there instead of in `./wandb/` of the current directory.
 
     results = sync_runs(Path("wandb"), timeout_s=600)
     print(format_table(results))
@@ -11,19 +15,25 @@ run file after an upload, not the exit code. Runs that already have the marker a
 
 from __future__ import annotations
 
+import configparser
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+import urllib.request
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import urlsplit
 
 SYNCED_SUFFIX = ".synced"
 _TAIL = 400  # characters of wandb's output kept for a failed run
+DEFAULT_BASE_URL = "https://api.wandb.ai"  # wandb's default server
+CONNECT_TIMEOUT_S = 5.0
 
 
 class SyncStatus(StrEnum):
@@ -33,6 +43,7 @@ class SyncStatus(StrEnum):
     NO_MARKER = "no_marker"  # wandb exited 0 but wrote no marker: nothing (or not everything) uploaded
     FAILED = "failed"  # non-zero exit
     TIMEOUT = "timeout"  # killed after the timeout
+    UNREACHABLE = "unreachable"  # the server (or proxy) refused or did not answer a TCP connect: not tried
 
     @property
     def ok(self) -> bool:
@@ -99,6 +110,47 @@ def default_wandb_executable() -> str:
     raise FileNotFoundError("no `wandb` executable on PATH or beside the Python interpreter")
 
 
+def server_url(env: Mapping[str, str] | None = None) -> str:
+    """The W&B server `wandb sync` will talk to: WANDB_BASE_URL, else `base_url` of wandb's settings
+    file (`wandb login --host` writes it to $WANDB_CONFIG_DIR/settings, default ~/.config/wandb), else
+    api.wandb.ai."""
+    env = os.environ if env is None else env
+    if env.get("WANDB_BASE_URL"):
+        return env["WANDB_BASE_URL"]
+    config_dir = env.get("WANDB_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "wandb")
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(os.path.join(config_dir, "settings"), encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return DEFAULT_BASE_URL  # wandb itself would not read that file either
+    return parser.get("default", "base_url", fallback=None) or DEFAULT_BASE_URL
+
+
+def unreachable_reason(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to the server of `url` (or the proxy the environment names for it)
+    cannot be made, or None when it can."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return f"server URL {url!r} has no host"
+    target = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    via = ""
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname):
+        proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if proxy_parts.hostname:
+            target = (proxy_parts.hostname, proxy_parts.port or 80)
+            via = f" (proxy for {parts.hostname})"
+    try:
+        with socket.create_connection(target, timeout=timeout_s):
+            return None
+    except socket.gaierror as exc:
+        return f"cannot resolve {target[0]}{via} ({exc.strerror or exc})"
+    except TimeoutError:
+        return f"cannot connect to {target[0]}:{target[1]}{via} (no answer within {timeout_s:g} s)"
+    except OSError as exc:
+        return f"cannot connect to {target[0]}:{target[1]}{via} ({exc.strerror or exc})"
+
+
 def sync_runs(
     wandb_dir: str | os.PathLike[str],
     *,
@@ -106,28 +158,56 @@ def sync_runs(
     timeout_s: float = 600.0,
     wandb_executable: str | None = None,
     extra_args: Iterable[str] = (),
+    base_url: str | None = None,
 ) -> list[SyncResult]:
-    """Sync every unsynced offline run under `wandb_dir`, one `wandb sync` process per run."""
+    """Sync every unsynced offline run under `wandb_dir`, one `wandb sync` process per run.
+
+    Unless `dry_run`, the server (`base_url`, default `server_url()`) is checked first; when it
+    cannot be reached every unsynced run is reported UNREACHABLE and no `wandb sync` is started.
+    """
+    runs = find_offline_runs(wandb_dir)
     executable = wandb_executable or default_wandb_executable()
+    pending = [run for run in runs if not run.synced]
+    unreachable = None
+    if pending and not dry_run:
+        url = base_url or server_url()
+        reason = unreachable_reason(url)
+        if reason is not None:
+            unreachable = f"server unreachable: {reason}; nothing uploaded (server {url})"
+    # wandb's CLI writes its debug log under $WANDB_DIR/wandb/logs (or ./wandb/logs without it).
+    env = {**os.environ, "WANDB_DIR": str(Path(wandb_dir).absolute())}
     results = []
-    for run in find_offline_runs(wandb_dir):
+    for run in runs:
         if run.synced:
             results.append(SyncResult(run, SyncStatus.ALREADY_SYNCED, 0.0, None, "marker present"))
-            continue
-        results.append(
-            _sync_one(run, executable, dry_run=dry_run, timeout_s=timeout_s, extra=list(extra_args))
-        )
+        elif unreachable is not None:
+            results.append(SyncResult(run, SyncStatus.UNREACHABLE, 0.0, None, unreachable))
+        else:
+            results.append(
+                _sync_one(run, executable, dry_run=dry_run, timeout_s=timeout_s, extra=list(extra_args), env=env)
+            )
     return results
 
 
 def _sync_one(
-    run: OfflineRunDir, executable: str, *, dry_run: bool, timeout_s: float, extra: list[str]
+    run: OfflineRunDir,
+    executable: str,
+    *,
+    dry_run: bool,
+    timeout_s: float,
+    extra: list[str],
+    env: Mapping[str, str],
 ) -> SyncResult:
     command = [executable, "sync", *(["--dry-run"] if dry_run else ["--yes"]), *extra, str(run.path)]
     started = time.monotonic()
     # A new session: on timeout the whole group (wandb and its wandb-core child) is killed.
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(env),
     )
     try:
         output, _ = process.communicate(timeout=timeout_s)

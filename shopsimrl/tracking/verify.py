@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.errors import RecordFormatError
 from shopsimrl.storage import read_jsonl
 from shopsimrl.tracking.axes import WANDB_STEP, axis_for, merged_axes
-from shopsimrl.tracking.logger import METRICS_FILE, STATUS_FILE
+from shopsimrl.tracking.logger import METRICS_FILE, STATUS_FILE, STATUS_SCHEMA_VERSION
 
 _EXAMPLES = 20  # how many differences / missing values a report keeps for display
 
@@ -158,13 +159,33 @@ def online_history(run_path: str, *, page_size: int = 1000) -> Iterator[dict[str
 
 
 def stage_run_file(stage_dir: str | os.PathLike[str]) -> Path:
-    """The offline run file StageLogger recorded in `<stage_dir>/wandb_status.json`."""
+    """The offline run file StageLogger recorded in `<stage_dir>/wandb_status.json`.
+
+    A status file of another schema version is refused (RecordFormatError): its `run_file` may not
+    mean what this version reads it as.
+    """
     import json
 
     status_path = Path(stage_dir) / STATUS_FILE
     if not status_path.exists():
         raise FileNotFoundError(f"{status_path} not found: pass --run-file or --run-path")
-    run_file = json.loads(status_path.read_text(encoding="utf-8")).get("run_file")
+    try:
+        status = json.loads(status_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordFormatError(
+            str(status_path), f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except UnicodeDecodeError:
+        raise RecordFormatError(str(status_path), "not UTF-8 text") from None
+    if not isinstance(status, dict):
+        raise RecordFormatError(str(status_path), f"expected a JSON object, got {type(status).__name__}")
+    version = status.get("schema_version")
+    if type(version) is not int or version != STATUS_SCHEMA_VERSION:
+        raise RecordFormatError(
+            str(status_path),
+            f"schema_version {version!r} is not supported (this version reads {STATUS_SCHEMA_VERSION})",
+        )
+    run_file = status.get("run_file")
     if not run_file:
         raise FileNotFoundError(f"{status_path} names no W&B run file (W&B was off or failed to start)")
     return Path(run_file)

@@ -183,3 +183,30 @@ def test_cli_export_and_unknown_group(exported, wandb_offline_module, tmp_path):
     assert f"Error: no runs of group 'nope' in offline source {env.wandb_dir}" in result.output
     with pytest.raises(ExportError, match="a group is given twice"):
         export_history(["a", "a"], OfflineHistorySource([env.wandb_dir]), tmp_path / "x")
+
+
+def test_a_run_without_history_rows_is_exported_with_zero_rows(wandb_offline, tmp_path):
+    # A stage that finished cleanly before logging anything (e.g. an analysis with no input) has an
+    # offline run with 0 history rows; it must not break the export of its group.
+    settings = WandbSettings.from_env(overrides={"enabled": True, "group": "g-empty"})
+    with StageLogger(tmp_path / "runs" / "empty", stage="analysis", settings=settings):
+        pass
+    with StageLogger(tmp_path / "runs" / "full", stage="train", settings=settings) as log:
+        log.log({"rollout/step": 0, "rollout/raw_reward": 0.5})
+    out = tmp_path / "out"
+    result = export_history(["g-empty"], OfflineHistorySource([wandb_offline.wandb_dir]), out, plots=False)
+    rows = sorted(run["history_rows"] for run in result.manifest["runs"])
+    assert rows == [0, 1]
+    for run in result.manifest["runs"]:
+        frozen = json.loads((out / run["frozen_file"]).read_text())
+        assert len(frozen["history"]) == run["history_rows"]
+    assert [row["rollout/raw_reward"] for row in _csv(out / "rollout_steps.csv")] == ["0.5"]
+
+
+def test_cli_export_into_a_read_only_directory_is_one_line(exported, wandb_offline_module, read_only_dir):
+    out, cause = read_only_dir
+    args = ["export", "--offline-dir", str(wandb_offline_module.wandb_dir), "--out", str(out), "--no-plots"]
+    result = CliRunner().invoke(wandb_group, [*args, "--group", GROUPS[0]])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith(f"Error: cannot write {out}/runs/R0_") and line.endswith(f".json: {cause}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from scenario_groups import ACCEPTED, RHO, scenario_groups
 
+from shopsimrl.contract import Arm, RetryInfo
 from shopsimrl.metrics import (
     RetryOutcome,
     RolloutMetricsInput,
@@ -15,7 +16,6 @@ from shopsimrl.metrics import (
 )
 from shopsimrl.metrics import names as m
 from shopsimrl.metrics.synthetic import Traj, make_group
-from shopsimrl.rollout.metadata import Arm, RetryInfo
 
 P = "rollout/shopsim/"
 

@@ -10,6 +10,7 @@ import pytest
 from scenario_groups import ACCEPTED, DROP_METRICS, RHO, scenario_groups
 
 from shopsimrl import slime_metrics
+from shopsimrl.contract import Arm
 from shopsimrl.metrics.groups import flatten_group
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.records import (
@@ -20,7 +21,6 @@ from shopsimrl.records import (
     read_triage,
 )
 from shopsimrl.records.schemas import OutcomeRecord
-from shopsimrl.rollout.metadata import Arm
 from shopsimrl.storage import append_jsonl
 
 P = "rollout/shopsim/"

@@ -36,3 +36,14 @@ def test_a_half_written_cache_entry_is_rebuilt(tmp_path: Path) -> None:
     (first.cache_dir / "shopsimrl_cache.json").unlink()  # as if killed before the manifest was written
     again = load_smollm2(tmp_path)
     assert again.source is LoadSource.GGUF
+
+
+def test_a_cache_entry_without_its_weights_is_named_and_rebuilt(tmp_path: Path, caplog) -> None:
+    first = load_smollm2(tmp_path)
+    (first.cache_dir / "model.safetensors").unlink()  # the manifest stays: only the weights are gone
+    with caplog.at_level("WARNING", logger="shopsimrl.models.smollm2"):
+        again = load_smollm2(tmp_path)
+    assert again.source is LoadSource.GGUF
+    assert (f"model cache entry {first.cache_dir} is incomplete, rebuilding it: {first.cache_dir}: no weights "
+            "(expected model.safetensors, or model.safetensors.index.json and its shards)") in caplog.text
+    assert load_smollm2(tmp_path).source is LoadSource.CACHE

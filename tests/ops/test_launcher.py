@@ -47,8 +47,9 @@ def test_use_wandb_unset_means_0():
 def test_use_wandb_1_minimal():
     run = dry_run(USE_WANDB="1", WANDB_PROJECT="shopsimrl", WANDB_GROUP="qwen35-4b-round-007")
     assert run.returncode == 0, run.stderr
+    # A smoke run has its own group: it never mixes into the round it checks.
     assert run.submit[-6:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group",
-                               "qwen35-4b-round-007", "--disable-wandb-random-suffix"]
+                               "qwen35-4b-round-007-smoke", "--disable-wandb-random-suffix"]
     assert "--wandb-team" not in run.submit and "--wandb-mode" not in run.submit and "--wandb-dir" not in run.submit
 
 
@@ -56,7 +57,7 @@ def test_use_wandb_1_with_entity_mode_and_dir():
     run = dry_run(USE_WANDB="1", WANDB_PROJECT="shopsimrl", WANDB_GROUP="g0", WANDB_ENTITY="my-team",
                   WANDB_MODE="offline", WANDB_DIR="/workspace/wandb")
     assert run.returncode == 0, run.stderr
-    assert run.submit[-12:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group", "g0",
+    assert run.submit[-12:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group", "g0-smoke",
                                 "--disable-wandb-random-suffix", "--wandb-team", "my-team", "--wandb-mode",
                                 "offline", "--wandb-dir", "/workspace/wandb"]
 
@@ -97,8 +98,9 @@ def test_hooks_by_dotted_path_and_absolute_plugin_config(config):
     argv = dry_run(config).submit
     for flag, path in HOOKS.items():
         assert value_of(argv, flag) == path
-    expected = {"configs/slime/smoke.env": "configs/shopsim.smoke.yaml", "configs/slime/formal.env": "configs/shopsim.formal.yaml"}
-    assert value_of(argv, "--custom-config-path") == str(ROOT / expected[config])
+    group = {"configs/slime/smoke.env": "qwen35-4b-round-000-smoke", "configs/slime/formal.env": "qwen35-4b-round-000"}
+    # The resolved copy the launcher writes into the run directory ({group} filled in, absolute paths).
+    assert value_of(argv, "--custom-config-path") == str(ROOT / "runs" / group[config] / "train/shopsim_options.yaml")
     assert argv[:3] == ["ray", "job", "submit"]
     assert argv[argv.index("--") + 1:argv.index("--") + 3][1] == "/root/slime/train.py"
 
@@ -160,7 +162,7 @@ def test_invalid_plugin_options_stop_the_launch(tmp_path: Path):
     assert run.returncode == 2
     assert "shopsim.q.start: Input should be less than or equal to 1" in run.stderr
     assert "shopsim.bogus: Extra inputs are not permitted" in run.stderr
-    assert f"invalid plugin options in {bad_yaml}" in run.stderr
+    assert f"cannot launch {config} with {bad_yaml}: see the errors above; nothing was started" in run.stderr
 
 
 def test_missing_settings_are_listed_together(tmp_path: Path):
@@ -170,3 +172,97 @@ def test_missing_settings_are_listed_together(tmp_path: Path):
     assert run.returncode == 2
     assert run.stderr == (f"run_shopsimrl_slime.sh: error: {config}: missing setting(s): NUM_ROLLOUT "
                           "ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE NUM_STEPS_PER_ROLLOUT\n")
+
+
+# ------------------------------------------------------------------------- issue 16: the DRY_RUN plan
+
+
+@pytest.mark.parametrize("config", ["configs/slime/smoke.env", "configs/slime/formal.env"])
+def test_dry_run_plan_shows_conversion_prompt_shape_credentials_and_ownership(config):
+    run = dry_run(config, USE_WANDB="1", WANDB_MODE="online", WANDB_API_KEY="k" * 40, HOST_UID="1234",
+                  HOST_GID="5678", MODELS_DIR="/models")
+    assert run.returncode == 0, run.stderr
+    ref_load = str(ROOT / "checkpoints/base/Qwen3.5-4B_torch_dist")
+    assert value_of(run.submit, "--ref-load") == ref_load
+    conversion = run.plan["conversion"]
+    assert "`make convert`" in conversion
+    assert ("torchrun --nproc-per-node 1 /root/slime/tools/convert_hf_to_torch_dist.py --spec "
+            "slime_plugins.models.qwen3_5 get_qwen3_5_spec") in conversion
+    assert conversion.endswith(f"--hf-checkpoint /models/Qwen3.5-4B --save {ref_load}.partial")
+    assert '[{"role": "user", "content": <instruction>}]' in run.plan["prompts"]
+    assert "--apply-chat-template" in run.submit
+    assert run.plan["credentials"].startswith("WANDB_API_KEY from the environment (compose passes it by name")
+    assert "k" * 40 not in run.stdout
+    assert "chown -R 1234:5678" in run.plan["ownership"]
+
+
+@pytest.mark.parametrize(("env", "route"), [
+    ({"USE_WANDB": "0"}, "none: USE_WANDB=0"),
+    ({"USE_WANDB": "1", "WANDB_MODE": "offline"}, "none needed now: WANDB_MODE=offline"),
+    ({"USE_WANDB": "1", "WANDB_MODE": "online", "NETRC": "/run/secrets/wandb.netrc"},
+     "netrc file NETRC=/run/secrets/wandb.netrc"),
+    ({"USE_WANDB": "1", "WANDB_MODE": "online"}, "MISSING: WANDB_MODE=online but neither WANDB_API_KEY nor NETRC"),
+])
+def test_dry_run_names_the_credential_route(env, route):
+    run = dry_run("configs/slime/formal.env", **env)
+    assert run.returncode == 0, run.stderr
+    assert run.plan["credentials"].startswith(route)
+
+
+def test_round_identity_has_one_source():
+    """WANDB_GROUP names the run dir, the plugin options, the checkpoints and the W&B group together."""
+    import json
+
+    for config, group in (("configs/slime/formal.env", "r-005"), ("configs/slime/smoke.env", "r-005-smoke")):
+        argv = dry_run(config, WANDB_GROUP="r-005", USE_WANDB="1").submit
+        assert value_of(argv, "--wandb-group") == group
+        assert value_of(argv, "--custom-config-path") == str(ROOT / f"runs/{group}/train/shopsim_options.yaml")
+        runtime = json.loads(next(t for t in argv if t.startswith("--runtime-env-json=")).split("=", 1)[1])
+        assert runtime["env_vars"]["WANDB_GROUP"] == group and runtime["env_vars"]["WANDB_RUN_GROUP"] == group
+    assert value_of(dry_run("configs/slime/formal.env", WANDB_GROUP="r-005").submit, "--save") == str(ROOT / "checkpoints/r-005")
+
+
+def test_shipped_plugin_configs_name_no_container_path_and_take_the_group():
+    for name in ("shopsim.smoke.yaml", "shopsim.formal.yaml"):
+        text = (ROOT / "configs" / name).read_text()
+        assert "run_dir: runs/{group}/train" in text
+        assert "/workspace" not in text.split("\nshopsim:\n", 1)[1]
+
+
+def test_runtime_env_as_slimes_launcher_sets_it():
+    import json
+
+    run = dry_run(MASTER_ADDR="10.0.0.5", NCCL_NVLS_ENABLE="1")
+    env_vars = json.loads(next(t for t in run.submit if t.startswith("--runtime-env-json=")).split("=", 1)[1])["env_vars"]
+    assert env_vars["NCCL_NVLS_ENABLE"] == "1"
+    assert env_vars["no_proxy"] == env_vars["NO_PROXY"] == "127.0.0.1,localhost,10.0.0.5"
+    assert env_vars["MASTER_ADDR"] == "10.0.0.5" and env_vars["RAY_USE_UVLOOP"] == "0"
+    assert value_of(run.ray_start, "--temp-dir") == "/tmp/ray"
+    # No NVLink (no nvidia-smi here): NVLS off, as slime's check_has_nvlink decides.
+    default = dry_run()
+    assert json.loads(next(t for t in default.submit if t.startswith("--runtime-env-json=")).split("=", 1)[1])[
+        "env_vars"]["NCCL_NVLS_ENABLE"] in ("0", "1")
+
+
+def test_no_context_len_flag_that_bounds_nothing():
+    """slime v0.3.1 does not hand --rollout-max-context-len to SGLang; the real bound is shopsim.max_context_tokens."""
+    for config in ("configs/slime/smoke.env", "configs/slime/formal.env"):
+        assert "--rollout-max-context-len" not in dry_run(config).submit
+    assert "ROLLOUT_MAX_CONTEXT_LEN" not in (ROOT / "configs/slime/common.env").read_text()
+
+
+def test_two_gpu_smoke_profile():
+    argv = dry_run("configs/slime/smoke-2gpu.env").submit
+    assert value_of(argv, "--actor-num-gpus-per-node") == "2"
+    assert value_of(argv, "--n-samples-per-prompt") == "4" and "--save" not in argv
+
+
+def test_background_retries_are_refused_at_launch_because_the_launcher_colocates(tmp_path: Path):
+    plugin = tmp_path / "bg.yaml"
+    plugin.write_text((ROOT / "configs/shopsim.formal.yaml").read_text() + "shopsim_retry_mode: background\n")
+    config = tmp_path / "bg.env"
+    config.write_text((ROOT / "configs/slime/formal.env").read_text() + f"SHOPSIM_CONFIG={plugin}\n")
+    run = dry_run(str(config))
+    assert run.returncode == 2
+    assert f"error: {plugin}: shopsim_retry_mode=background needs engines that are not colocated" in run.stderr
+    assert "--colocate" in dry_run("configs/slime/formal.env").submit

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 from ops_helpers import ROOT
 
-_ENV = {k: v for k, v in os.environ.items() if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS")}
+_ENV = {k: v for k, v in os.environ.items()
+        if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS", "WANDB_NETRC", "SMOKE_CONFIG")}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -24,8 +25,9 @@ def listed_targets() -> list[str]:
 
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
-    assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "train-smoke",
-                                "train", "analyze", "wandb-sync", "report", "canary", "shell", "images", "pin-images"]
+    assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
+                                "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "behavior", "canary",
+                                "shell", "images", "pin-images"]
 
 
 @pytest.mark.parametrize("runner", ["docker", "local"])
@@ -48,16 +50,18 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("wandb-sync", "RUNNER=local") == f"{cli} wandb sync wandb"
     assert _last_line("wandb-sync", "RUNNER=local", "WANDB_DIR=/data/wandb") == f"{cli} wandb sync /data/wandb"
     assert _last_line("report", "RUNNER=local", "WANDB_GROUP=g1") == f"{cli} wandb export --group g1"
+    assert _last_line("behavior", "WANDB_GROUP=g1") == f"{cli} behavior analyze runs/g1"
     assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
+    assert _last_line("gate", "RUNNER=local") == f"{cli} train online-gate configs/local/gate.yaml"
     assert _last_line("preflight", "RUNNER=local") == f"{cli} preflight --runner local"
     assert _last_line("pin-images") == "bash docker/pin_images.sh docker/versions.env"
 
 
 def test_docker_runner_runs_the_compose_service():
     compose = "docker compose --env-file docker/versions.env"
-    for target in ("train-smoke", "train", "analyze", "wandb-sync", "report", "canary"):
+    for target in ("convert", "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "canary"):
         line = _last_line(target)
-        assert line.startswith(compose) and line.endswith(f"run --rm {target}"), line
+        assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"
     assert _last_line("shell").endswith("run --rm train bash")
 
@@ -66,3 +70,38 @@ def test_unknown_runner_is_an_error():
     result = make("help", "RUNNER=slurm")
     assert result.returncode == 2
     assert "RUNNER must be docker or local, got 'slurm'" in result.stderr
+
+
+def _compose_env(*args: str, env: dict | None = None) -> dict[str, str]:
+    result = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env or _ENV,
+                            capture_output=True, text=True, timeout=60, check=True)
+    prefix = result.stdout.strip().splitlines()[-1].split(" docker compose ")[0]
+    return dict(item.split("=", 1) for item in prefix.split())
+
+
+@pytest.mark.parametrize("target", ["train", "train-smoke", "convert", "canary", "shell"])
+def test_compose_gets_the_host_user_the_round_and_the_credential_file(target):
+    """Ownership (point 5), round identity (point 6) and the netrc route (point 3) are visible in `make -n`."""
+    env = _compose_env(target, "WANDB_GROUP=qwen35-4b-round-004")
+    assert env["HOST_UID"] == str(os.getuid()) and env["HOST_GID"] == str(os.getgid())
+    assert env["WANDB_GROUP"] == "qwen35-4b-round-004"
+    assert env["WANDB_NETRC"] in (os.path.expanduser("~/.netrc"), "/dev/null")
+
+
+def test_netrc_of_the_host_is_mounted_when_it_exists(tmp_path):
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password x\n")
+    assert _compose_env("train", env={**_ENV, "HOME": str(tmp_path)})["WANDB_NETRC"] == str(tmp_path / ".netrc")
+    assert _compose_env("train", env={**_ENV, "HOME": str(tmp_path / "none")})["WANDB_NETRC"] == "/dev/null"
+
+
+def test_round_defaults_to_the_one_in_dot_env(tmp_path):
+    """.env's WANDB_GROUP is the round unless the command line names another (make does not read .env itself)."""
+    env_file = ROOT / ".env"
+    assert not env_file.exists(), "a developer .env would change this test"
+    env_file.write_text('WANDB_GROUP="qwen35-4b-round-002"\n')
+    try:
+        assert _compose_env("train")["WANDB_GROUP"] == "qwen35-4b-round-002"
+        assert _compose_env("train", "WANDB_GROUP=r3")["WANDB_GROUP"] == "r3"
+    finally:
+        env_file.unlink()
+    assert _compose_env("train")["WANDB_GROUP"] == "qwen35-4b-round-000"

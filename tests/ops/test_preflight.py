@@ -157,7 +157,7 @@ def test_host_wandb_data_dir_outside_wandb_dir_fails(tmp_path):
 
 def test_free_disk_threshold(tmp_path):
     result = check_free_disk(PreflightContext(root=tmp_path, runner=Runner.LOCAL, env=_env(tmp_path), min_free_gib=1e9))
-    assert result.status is Status.FAIL and result.detail.endswith("(< 1e+09 GiB)")
+    assert result.status is Status.FAIL and result.detail.endswith("margin only 1e+09 GiB")
 
 
 @pytest.mark.parametrize("env_extra,status,detail", [
@@ -219,3 +219,21 @@ def test_help_has_an_example():
     for command in ("preflight", "canary"):
         result = CliRunner().invoke(main, [command, "--help"])
         assert result.exit_code == 0 and "Example: shopsimrl " + command in result.output
+
+
+def test_container_credentials_come_from_the_mounted_netrc_or_the_passed_key(tmp_path):
+    """Inside the train container: compose mounts the host's netrc (or /dev/null) and passes the key by name."""
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    env = _env(tmp_path, USE_WANDB="1", WANDB_MODE="online", PATH=path, NETRC="/dev/null")
+    result = check_wandb_status(PreflightContext(root=ROOT, runner=Runner.CONTAINER, env=env))
+    assert result.status is Status.FAIL
+    assert result.detail.endswith("inside the container (no WANDB_API_KEY, netrc /dev/null has none)")
+    assert "compose passes it by name" in result.fix
+    host = result.detail.split("no credentials for ", 1)[1].split(" ", 1)[0]
+    mounted = tmp_path / "wandb.netrc"
+    mounted.write_text(f"machine {host}\n  login user\n  password {'p' * 40}\n")
+    env["NETRC"] = str(mounted)
+    result = check_wandb_status(PreflightContext(root=ROOT, runner=Runner.CONTAINER, env=env))
+    assert (result.status, result.detail) == (Status.PASS, f"credentials for {host} in netrc {mounted} (mounted)")
+    env.update(NETRC="/dev/null", WANDB_API_KEY="k" * 40)
+    assert check_wandb_status(PreflightContext(root=ROOT, runner=Runner.CONTAINER, env=env)).status is Status.PASS

@@ -101,3 +101,14 @@ def test_every_megatron_and_sglang_flag_is_passed_by_slime_v031_scripts():
     text = "\n".join(subprocess.run(["git", "-C", str(SLIME_GIT), "show", f"{slime_flags.SLIME_COMMIT}:{f}"],
                                     capture_output=True, text=True, check=True).stdout for f in shell)
     assert missing_from_scripts(text) == []
+
+
+def test_every_slime_flag_is_in_the_vendored_v031_arguments_py():
+    """The same check against ../shared/vendor/slime-v0.3.1 (or SLIME_SRC), which needs no git copy."""
+    root = Path(__file__).resolve().parents[2]
+    src = Path(os.environ.get("SLIME_SRC") or root.parent / "shared/vendor/slime-v0.3.1")
+    arguments = src / slime_flags.SLIME_ARGUMENTS_PATH
+    if not arguments.is_file():
+        pytest.skip(f"slime v0.3.1 source not found at {src} (set SLIME_SRC)")
+    assert slime_flags.missing_from_parser_source(arguments.read_text(encoding="utf-8")) == []
+    assert '"--apply-chat-template"' in arguments.read_text(encoding="utf-8")

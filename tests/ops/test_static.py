@@ -72,8 +72,36 @@ def test_services_and_what_slime_needs():
             {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     for name, service in services.items():
         assert service["env_file"] == [{"path": ".env", "required": False}], name
-        # No secret in the compose file's own environment.
-        assert not any("KEY" in key or "TOKEN" in key for key in service.get("environment", {})), name
+        environment = service.get("environment", {})
+        # No secret in the compose file's own environment: the key is passed through by name only
+        # (no value: compose takes it from the host environment or .env), the netrc is mounted.
+        assert {key: value for key, value in environment.items() if "KEY" in key or "TOKEN" in key} == {
+            "WANDB_API_KEY": None}, name
+        assert environment["NETRC"] == "/run/secrets/wandb.netrc", name
+        netrc = [v for v in service["volumes"] if v["target"] == "/run/secrets/wandb.netrc"]
+        assert netrc == [{"type": "bind", "source": "${WANDB_NETRC:-/dev/null}", "target": "/run/secrets/wandb.netrc",
+                          "read_only": True}], name
+        assert environment["WANDB_GROUP"] == "${WANDB_GROUP:-qwen35-4b-round-000}", name
+        assert (environment["HOST_UID"], environment["HOST_GID"]) == ("${HOST_UID:-}", "${HOST_GID:-}"), name
+    # Every train-image service runs through the ownership hand-back; the tools image runs as the host user.
+    for name in ("train", "train-smoke", "convert", "preflight", "canary"):
+        assert services[name]["command"][:2] == ["bash", "/opt/shopsimrl/scripts/container_entry.sh"], name
+        assert "user" not in services[name], name
+        assert {"type": "bind", "source": "./runs/ray", "target": "/tmp/ray", "bind": {"create_host_path": True}} in \
+            services[name]["volumes"], name
+    for name in ("wandb-sync", "report"):
+        assert services[name]["user"] == "${HOST_UID:-1000}:${HOST_GID:-1000}", name
+
+
+def test_conversion_writes_to_a_writable_persistent_volume():
+    services = compose_schema.read_compose(ROOT / "compose.yaml")["services"]
+    convert = services["convert"]
+    assert convert["command"][2:] == ["bash", "/opt/shopsimrl/scripts/convert_hf_to_torch_dist.sh"]
+    mounts = {v["target"]: v for v in convert["volumes"]}
+    assert mounts["/models"]["read_only"] is True
+    assert "read_only" not in mounts["/workspace/checkpoints"]
+    common = (ROOT / "configs/slime/common.env").read_text()
+    assert 'REF_LOAD="${REF_LOAD:-checkpoints/base/Qwen3.5-4B_torch_dist}"' in common
 
 
 def test_persistent_volumes_are_host_bind_mounts():
@@ -178,5 +206,6 @@ def test_plugin_option_files_validate():
     assert [p.name for p in paths] == ["shopsim.formal.yaml", "shopsim.smoke.yaml"]
     for path in paths:
         options = load_options_file(path)
-        assert options.run_dir.startswith("/workspace/runs/")
+        # Relative, with the group filled in by the launcher (shopsimrl.ops.launch).
+        assert options.run_dir == "runs/{group}/train"
         assert set(yaml.safe_load(path.read_text())) == {"shopsim"}

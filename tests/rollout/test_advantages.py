@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from shopsimrl.contract import RetryInfo
 from shopsimrl.metrics.groups import flatten_group
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.rollout.advantages import reward_post_process
-from shopsimrl.rollout.metadata import RetryInfo
 
 
 def _args(tmp_path, **slime_args):

@@ -6,10 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from shopsimrl.contract import DynamicFilterOutput, RetryInfo
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.rollout.filters import dynamic_sampling_filter
-from shopsimrl.rollout.metadata import RetryInfo
-from shopsimrl.rollout.sample import DynamicFilterOutput
 
 
 def _args(tmp_path, reward_key="reward"):

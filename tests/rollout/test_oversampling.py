@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from shopsimrl.contract import call_dynamic_filter
 from shopsimrl.metrics import RolloutMetricsInput, compute_shopsim_metrics, summarize_group
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.rollout.filters import dynamic_sampling_filter
-from shopsimrl.rollout.oversampling import Decision, OverSampler, should_drop
-from shopsimrl.rollout.sample import DynamicFilterOutput
+from shopsimrl.rollout.oversampling import Decision, OverSampler
 
 P = "rollout/shopsim/"
 
@@ -87,15 +87,6 @@ def test_zero_std_drop_rate_is_a_drop_rate_not_an_occurrence_rate(tmp_path):
     assert sum(s.is_zero_std("reward") for s in accepted) == 2
 
 
-def test_should_drop_rule():
-    zero = DynamicFilterOutput(keep=False, reason="zero_std_0.0", keep_when_insufficient=True)
-    tech = DynamicFilterOutput(keep=False, reason="technical_error")
-    assert should_drop(zero, remaining=17, target=16) is True
-    assert should_drop(zero, remaining=16, target=16) is False
-    assert should_drop(tech, remaining=1, target=16) is True
-    assert should_drop(DynamicFilterOutput(keep=True), remaining=99, target=16) is False
-
-
 def test_small_waves_repeat_until_the_batch_can_be_filled():
     sampler = OverSampler(target=16, over_sampling_batch_size=6)
     assert sampler.next_wave() == 18  # 3 waves of 6: remaining 0 -> 18 >= 16
@@ -106,9 +97,10 @@ def test_small_waves_repeat_until_the_batch_can_be_filled():
 def test_legacy_bool_filter_output_and_reasonless_drops():
     sampler = OverSampler(target=1, over_sampling_batch_size=2)
     sampler.next_wave()
-    assert sampler.on_group_completed("a", False) is Decision.DROPPED
+    # a legacy filter returns a bool; slime's call site wraps it
+    assert sampler.on_group_completed("a", call_dynamic_filter(lambda: False)) is Decision.DROPPED
     assert sampler.drop_counts() == {}  # slime counts only drops with a reason
-    assert sampler.on_group_completed("b", True) is Decision.ACCEPTED
+    assert sampler.on_group_completed("b", call_dynamic_filter(lambda: True)) is Decision.ACCEPTED
     assert sampler.done
 
 

@@ -9,13 +9,12 @@ import torch
 from expert_generator import IM_END_ID, MODEL_LOGPROB, ExpertTextGenerator
 
 from shopsimrl.config import ShopSimOptions
+from shopsimrl.contract import Arm, Sample, ShopSimMeta, get_meta
 from shopsimrl.errors import ModelServiceError
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators import FinishReason, GenerationAborted, GenerationResult, LocalHFGenerator
-from shopsimrl.rollout.metadata import Arm, ShopSimMeta, get_meta
 from shopsimrl.rollout.prompting import prompt_text
-from shopsimrl.rollout.sample import Sample
 from shopsimrl.rollout.segments import trajectory_to_samples
 from shopsimrl.rollout.trajectory import StopReason, TrajectoryStatus
 from shopsimrl.shop import (

@@ -9,9 +9,9 @@ import math
 import pytest
 
 from shopsimrl.config import ShopSimOptions
+from shopsimrl.contract import Arm
 from shopsimrl.errors import ConfigError
 from shopsimrl.rollout.curriculum import Curriculum, advance_rollout_step, rollout_step, uniform
-from shopsimrl.rollout.metadata import Arm
 from shopsimrl.rollout.skillbank import validate_skillbank
 
 

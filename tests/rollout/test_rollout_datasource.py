@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from shopsimrl.contract import Sample
 from shopsimrl.rollout.datasource import TaskGroupSource, group_key, task_for_sample
-from shopsimrl.rollout.sample import Sample
 from shopsimrl.shop import generate_catalog, load_split
 
 

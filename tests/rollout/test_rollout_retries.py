@@ -102,6 +102,36 @@ def test_schedule_pending_inline_with_an_injected_generator(tmp_path, catalog, t
     assert [(r.request_id, r.outcome.success) for r in read_retry_results(tmp_path).records] == [("4-5-full_skill", True)]
 
 
+def test_under_slime_with_colocated_engines_retries_run_inside_the_rollout_window(tmp_path, catalog, tokenizer):
+    """The all-samples hook runs inside slime's rollout function: inline retries are done (against the
+    engines serving this rollout's weights) before it returns, never racing slime's offload/update."""
+    tasks = load_split(catalog, "train")[1:3]
+    for i, task in enumerate(tasks):
+        append_retry_request(tmp_path, _request(task.task_id, 8 + i))
+    ids = tokenizer.encode("no tool call", add_special_tokens=False) + [258]
+    options = _options(tmp_path).model_copy(update={"max_turns": 1})
+    with fake_sglang([ok_reply(ids, [-1.0] * len(ids))] * 2) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        args = SimpleNamespace(shopsim=options.model_dump(), shopsim_tokenizer=tokenizer, shopsim_catalog=catalog,
+                               sglang_router_ip=host, sglang_router_port=int(port), colocate=True,
+                               rollout_temperature=0.8, rollout_top_p=0.9, rollout_top_k=-1)
+        assert retry_mode(args) is RetryMode.INLINE
+        assert schedule_pending(args) is None
+        # Done when the hook returns: both episodes were served before slime could abort/offload.
+        assert len(server.requests) == 2
+    results = read_retry_results(tmp_path).records
+    assert sorted(r.request_id for r in results) == ["4-8-full_skill", "4-9-full_skill"]
+
+
+def test_background_retries_are_refused_with_colocated_engines():
+    args = SimpleNamespace(shopsim_retry_mode="background", colocate=True)
+    with pytest.raises(ValueError, match=r"^shopsim_retry_mode=background needs engines that are not colocated: "
+                                         r"with --colocate slime aborts, offloads and updates the engines"):
+        retry_mode(args)
+    assert retry_mode(SimpleNamespace(shopsim_retry_mode="background", colocate=False)) is RetryMode.BACKGROUND
+    assert retry_mode(SimpleNamespace(colocate=True)) is RetryMode.INLINE
+
+
 def test_schedule_pending_in_the_background_against_sglang(tmp_path, catalog, tokenizer):
     task = load_split(catalog, "train")[1]
     append_retry_request(tmp_path, _request(task.task_id, 8))
@@ -110,7 +140,8 @@ def test_schedule_pending_in_the_background_against_sglang(tmp_path, catalog, to
     with fake_sglang([ok_reply(ids, [-1.0] * len(ids))]) as server:
         host, port = server.url.removeprefix("http://").split(":")
         args = SimpleNamespace(shopsim=options.model_dump(), shopsim_tokenizer=tokenizer, shopsim_catalog=catalog,
-                               sglang_router_ip=host, sglang_router_port=int(port),
+                               sglang_router_ip=host, sglang_router_port=int(port), colocate=False,
+                               shopsim_retry_mode="background",
                                rollout_temperature=0.8, rollout_top_p=0.9, rollout_top_k=-1)
         assert retry_mode(args) is RetryMode.BACKGROUND
         thread = schedule_pending(args)

@@ -190,3 +190,29 @@ def test_step_before_reset_and_bad_max_turns(catalog):
         ShopEnv(catalog).step(ToolCall("view_cart", {}))
     with pytest.raises(ValueError, match="max_turns must be at least 1, got 0"):
         ShopEnv(catalog, max_turns=0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "failure"),
+    [
+        ('{"keywords": "mug", "max_price": 1e999}', "malformed_tool_call"),
+        ('{"keywords": "mug", "max_price": NaN}', "malformed_tool_call"),
+        ('{"keywords": "mug", "max_price": -Infinity}', "malformed_tool_call"),
+        ('{"keywords": "mug", "max_price": ' + "9" * 400 + "}", "bad_arguments"),
+        ('{"keywords": "mug", "page": ' + "9" * 400 + "}", "bad_arguments"),
+        ('{"keywords": ' + "[" * 100_000 + "]" * 100_000 + "}", "malformed_tool_call"),
+    ],
+)
+def test_numbers_the_shop_cannot_hold_are_policy_failures_not_technical_errors(catalog, arguments, failure):
+    env = ShopEnv(catalog)
+    env.reset(task=load_split(catalog, "train", limit=1)[0], seed=0)
+    text = '<tool_call>\n{"name": "search", "arguments": ' + arguments + "}\n</tool_call>"
+    obs, reward, terminated, truncated, info = _obs(env, text)
+    assert (obs["error"], info["policy_failure"], reward, terminated) == (failure, failure, 0.0, False)
+    assert len(obs["message"]) < 200
+    # The ToolCall path (a caller that built the call itself) takes the same checks.
+    obs, *_, info = _obs(env, ToolCall("search", {"keywords": "mug", "max_price": float("nan")}))
+    assert obs == {
+        "error": "bad_arguments",
+        "message": "argument max_price of search must be a finite number, got nan",
+    }

@@ -143,3 +143,42 @@ def test_parser_never_raises_on_arbitrary_text():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 25)))
         result = parse_tool_calls(text)
         assert isinstance(result, ParseFailure | list)
+
+
+def _search(arguments: str) -> str:
+    return '<tool_call>\n{"name": "search", "arguments": ' + arguments + "}\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"keywords": "mug", "max_price": NaN}', "tool call JSON holds NaN, which is not a JSON number"),
+        ('{"keywords": "mug", "max_price": -Infinity}', "tool call JSON holds -Infinity, which is not a JSON number"),
+        ('{"keywords": "mug", "max_price": Infinity}', "tool call JSON holds Infinity, which is not a JSON number"),
+        ('{"keywords": "mug", "max_price": 1e999}', "tool call JSON holds the number 1e999, which is out of range"),
+        ('{"keywords": "mug", "max_price": -2.5E+400}', "tool call JSON holds the number -2.5E+400, which is out of range"),
+        ('{"keywords": "mug", "page": ' + "9" * 5000 + "}", "tool call JSON holds an integer of more than 4300 digits"),
+        ('"{\\"keywords\\": \\"mug\\", \\"max_price\\": NaN}"', "tool call JSON holds NaN, which is not a JSON number"),
+        ('{"keywords": ' + "[" * 100_000 + "]" * 100_000 + "}", "tool call JSON is nested deeper than 32 levels"),
+        ('{"keywords": ' + "{" * 100_000, "tool call JSON is nested deeper than 32 levels"),
+    ],
+)
+def test_numbers_the_shop_cannot_hold_and_deep_nesting_are_parse_failures(arguments, message):
+    assert parse_tool_call(_search(arguments)) == ParseFailure(message)
+
+
+def test_deep_nesting_of_the_whole_call_and_in_a_double_encoded_string():
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse_tool_call(f"<tool_call>{deep}</tool_call>") == ParseFailure(
+        "tool call JSON is nested deeper than 32 levels"
+    )
+    encoded = '"' + "[" * 100_000 + '"'
+    assert parse_tool_call(_search(encoded)) == ParseFailure("tool call JSON is nested deeper than 32 levels")
+
+
+def test_nesting_up_to_the_limit_and_brackets_inside_strings_are_fine():
+    inner = "[" * 30 + "]" * 30  # 32 levels with the call object and the arguments object
+    assert parse_tool_call(_search('{"keywords": ' + inner + "}")) == ToolCall("search", {"keywords": eval(inner)})
+    brackets = "{[" * 100
+    assert parse_tool_call(_search(f'{{"keywords": "{brackets}"}}')) == ToolCall("search", {"keywords": brackets})
+    assert parse_tool_call(_search('{"keywords": "x", "max_price": 1e308}')).arguments["max_price"] == 1e308

@@ -98,3 +98,22 @@ def test_xml_text_arguments_are_converted_to_declared_types():
 
 def test_tool_error_defaults_to_invalid_action():
     assert ToolError("x").kind.value == "invalid_action"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text", "expected"),
+    [
+        ({"page": 10**400}, False, "argument page of search is out of range: integers must lie in [-2**63, 2**63)"),
+        ({"page": -(2**63) - 1}, False, "argument page of search is out of range: integers must lie in [-2**63, 2**63)"),
+        ({"max_price": 10**400}, False, "argument max_price of search is out of range: numbers must be finite 64-bit floats"),
+        ({"max_price": float("nan")}, False, "argument max_price of search must be a finite number, got nan"),
+        ({"max_price": float("-inf")}, False, "argument max_price of search must be a finite number, got -inf"),
+        ({"max_price": "1e999"}, True, "argument max_price of search must be a finite number, got inf"),
+        ({"max_price": "NaN"}, True, "argument max_price of search must be a finite number, got nan"),
+        ({"page": "9" * 400}, True, "argument page of search is out of range: integers must lie in [-2**63, 2**63)"),
+        ({"page": "9" * 5000}, True, "argument page of search must be an integer, got a text of 5000 characters"),
+    ],
+)
+def test_numbers_the_shop_cannot_hold_are_bad_arguments(arguments, text, expected):
+    call = ToolCall("search", {"keywords": "mug", **arguments}, text_arguments=text)
+    assert validate_arguments(tool_specs()["search"], call) == expected

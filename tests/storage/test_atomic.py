@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -88,3 +89,27 @@ def test_atomic_write_many_writes_all_or_leaves_the_old_files(tmp_path: Path) ->
     # The failure came before any rename: the old file is intact and no temp file is left behind.
     assert a.read_text() == '{"g": 1}\n'
     assert sorted(p.name for p in a.parent.iterdir()) == ["group-1.json", "group-2.json"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_atomic_files_honour_the_umask_like_open_does(tmp_path: Path, umask: int) -> None:
+    from shopsimrl.diagnostics.frozen import write_frozen
+    from shopsimrl.storage import append_jsonl, atomic_write_many
+
+    previous = os.umask(umask)
+    try:
+        expected = 0o666 & ~umask
+        with open(tmp_path / "plain.txt", "w") as handle:  # what open() does with this umask
+            handle.write("x")
+        atomic_write_text(tmp_path / "a.json", "{}")
+        atomic_write_many({tmp_path / "b.json": b"{}", tmp_path / "sub" / "c.json": b"{}"})
+        append_jsonl(tmp_path / "metrics.jsonl", {"x": 1})
+        write_frozen(tmp_path / "frozen.json", [], lambda count: {"rows": count})
+    finally:
+        os.umask(previous)
+    modes = {
+        path.name: path.stat().st_mode & 0o777
+        for path in (tmp_path / "plain.txt", tmp_path / "a.json", tmp_path / "b.json",
+                     tmp_path / "sub" / "c.json", tmp_path / "metrics.jsonl", tmp_path / "frozen.json")
+    }  # fmt: skip
+    assert modes == dict.fromkeys(modes, expected)

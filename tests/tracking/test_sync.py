@@ -1,8 +1,11 @@
 """`wandb sync`: the real binary's dry run, and a fake `wandb` on PATH for the server-side outcomes."""
 
+import http.server
 import os
+import socket
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -42,7 +45,10 @@ def fake_wandb(tmp_path, monkeypatch):
     script.write_text(_FAKE)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return script
+    # The reachability check before syncing connects to the server: a listening socket stands in.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        yield script
 
 
 def test_marker_not_exit_code_decides_and_hang_is_killed(tmp_path, fake_wandb, monkeypatch):
@@ -111,3 +117,78 @@ def test_missing_directory_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(wandb_group, ["sync", str(tmp_path / "nope")])
     assert result.exit_code == 1
     assert f"Error: W&B directory {tmp_path / 'nope'} does not exist" in result.output
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def _real_offline_run(tmp_path: Path) -> None:
+    settings = WandbSettings.from_env(overrides={"enabled": True})
+    with StageLogger(tmp_path / "stage", stage="train", settings=settings) as log:
+        log.log({"train/step": 1, "train/loss": 0.5})
+
+
+def test_an_unreachable_server_is_reported_before_any_upload(wandb_offline, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    _real_offline_run(tmp_path)
+    port = _closed_port()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "local-" + "a" * 40)
+    [result] = sync_runs(wandb_offline.wandb_dir, timeout_s=20)
+    assert (result.status, result.exit_code) == (SyncStatus.UNREACHABLE, None)
+    assert result.detail.startswith(f"server unreachable: cannot connect to 127.0.0.1:{port} (")
+    assert not result.run.synced
+    cli = CliRunner().invoke(wandb_group, ["sync", str(wandb_offline.wandb_dir), "--timeout", "20"])
+    assert cli.exit_code == 1
+    assert f"server unreachable: cannot connect to 127.0.0.1:{port}" in cli.output
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    """A W&B server that refuses every request: `wandb sync` fails fast, after writing its debug log."""
+
+    def _refuse(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"errors": [{"message": "unauthorized"}]}')
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_wandb_sync_debug_log_stays_under_the_wandb_dir(wandb_offline, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    _real_offline_run(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("WANDB_API_KEY", "local-" + "a" * 40)
+        elsewhere = tmp_path / "cwd"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        monkeypatch.delenv("WANDB_DIR")  # the directory comes from the argument only
+        [result] = sync_runs(wandb_offline.wandb_dir, timeout_s=60)
+    finally:
+        server.shutdown()
+        thread.join()
+    assert not result.status.ok
+    assert list(elsewhere.rglob("*")) == []
+    assert len(list(wandb_offline.wandb_dir.glob("wandb/logs/debug-sync*.log"))) == 1
+
+
+def test_server_url_comes_from_the_environment_then_wandb_settings_file(tmp_path):
+    from shopsimrl.tracking.sync import server_url
+
+    (tmp_path / "settings").write_text("[default]\nbase_url = https://wandb.example.internal\n")
+    env = {"WANDB_CONFIG_DIR": str(tmp_path)}
+    assert server_url(env) == "https://wandb.example.internal"
+    assert server_url({**env, "WANDB_BASE_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
+    assert server_url({"WANDB_CONFIG_DIR": str(tmp_path / "none")}) == "https://api.wandb.ai"

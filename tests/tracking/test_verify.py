@@ -77,3 +77,19 @@ def test_cli_without_a_run_file_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(wandb_group, ["verify", str(tmp_path)])
     assert result.exit_code == 1
     assert f"Error: {tmp_path}/wandb_status.json not found: pass --run-file or --run-path" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"schema_version": 99, "run_file": "x.wandb"}', "schema_version 99 is not supported (this version reads 1)"),
+        ('{"run_file": "x.wandb"}', "schema_version None is not supported (this version reads 1)"),
+        ('{"schema_version": 1, "run_f', "not valid JSON: Unterminated string starting at at line 1 column 23"),
+        ("[1]", "expected a JSON object, got list"),
+    ],
+)
+def test_cli_rejects_a_status_file_it_cannot_read(tmp_path, content, problem):
+    (tmp_path / "wandb_status.json").write_text(content)
+    result = CliRunner().invoke(wandb_group, ["verify", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output == f"Error: {tmp_path}/wandb_status.json: {problem}\n"

@@ -1,4 +1,4 @@
-"""One hand-built rollout step shared by the metric tests (imported by basename; tests add this dir).
+"""One hand-built rollout step shared by the metric tests (imported by basename: tests/ is on sys.path).
 
 Six completed groups of 4 trajectories each (values worked out by hand in the tests):
 
@@ -15,8 +15,8 @@ rho = {c1: 0.5, c2: 0.25}; q = 0.5; success <=> reward == 1.0.
 
 from __future__ import annotations
 
+from shopsimrl.contract import Arm
 from shopsimrl.metrics.synthetic import Traj, make_group
-from shopsimrl.rollout.metadata import Arm
 
 RHO = {"c1": 0.5, "c2": 0.25}
 ACCEPTED = (1, 3, 5)

@@ -1,0 +1,53 @@
+"""`shopsimrl training online-gate CONFIG`: the validation gate from the command line (thin layer over stage.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.tracking.settings import wandb_options
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. design.tasks=8)", param_hint="--set")
+        overrides[key] = yaml.safe_load(raw)
+    return overrides
+
+
+@click.command("online-gate")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
+@click.option("--no-progress", is_flag=True, help="No progress lines.")
+@wandb_options
+def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wandb_settings: Any) -> None:
+    """Validate the Analyst's candidate skill edits on a fixed checkpoint (randomized paired deltas).
+
+    Runs (or resumes) the pre-registered design of CONFIG, estimates each candidate's effect and
+    writes runs/<round>/gate/ (docs/gate.md). Re-running the same command resumes a killed gate;
+    a changed input is refused. W&B: one run of job type gate, logged once at completion or abort.
+
+    Example: python scripts/run_shopsimrl.py training online-gate configs/trace2skill_online_gate.yaml
+    --wandb --wandb-project "$WANDB_PROJECT" --wandb-group "$WANDB_GROUP"
+    """
+    from shopsimrl.gate.config import load_gate_config
+    from shopsimrl.gate.runner import GateAborted
+    from shopsimrl.gate.stage import run_gate
+    from shopsimrl.models.smollm2 import ModelUnavailableError
+
+    try:
+        config = load_gate_config(config_path, _parse_sets(sets))
+        result = run_gate(config, settings=wandb_settings, echo=click.echo, progress=not no_progress)
+    except (ConfigError, ModelUnavailableError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except GateAborted as exc:
+        raise click.ClickException(f"gate incomplete: {exc}") from None
+    for line in result.lines:
+        click.echo(line)

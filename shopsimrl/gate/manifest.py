@@ -1,0 +1,99 @@
+"""`online_gate_manifest.json`: what a gate was run on, so that a resume can refuse a changed input.
+
+The manifest is written once, before the first evaluation, and holds the SHA-256 of the fixed
+checkpoint (every file of the HF directory, or the demo model's GGUF file), the validation task
+set, the candidate pool, the skillbank and the pre-registered mask assignments, plus the design.
+Re-running the same command compares a fresh manifest with the stored one: any difference (an
+input file changed, a different design) is refused with every difference listed, so evaluations
+from two different gates can never be mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.shop import Task
+
+MANIFEST_SCHEMA_VERSION = 1
+_CHUNK = 1 << 20
+
+
+class ManifestMismatchError(ConfigError):
+    """The stored manifest and this invocation disagree; the gate refuses to resume."""
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_sha256(path: str | os.PathLike[str]) -> str:
+    """Hash of a checkpoint directory: every regular file's relative path and bytes, in sorted order."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError(str(path), ["checkpoint directory not found"])
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    if not files:
+        raise ConfigError(str(path), ["checkpoint directory holds no files"])
+    for file in files:
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(file_sha256(file).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def task_set_sha256(tasks: list[Task], catalog_seed: int, num_products: int) -> str:
+    """Hash of the validation tasks as the agent sees them (ids and instructions) and their catalog."""
+    payload = {
+        "catalog": {"seed": catalog_seed, "num_products": num_products},
+        "tasks": [[task.task_id, task.instruction] for task in tasks],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def json_sha256(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def build_manifest(*, round_name: str, hashes: dict[str, str], design: dict[str, Any], episode: dict[str, Any],
+                   backend: str) -> dict[str, Any]:
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "kind": "online_gate_manifest",
+        "round": round_name,
+        "hashes": dict(sorted(hashes.items())),
+        "design": design,
+        "episode": episode,
+        "backend": backend,
+    }
+
+
+# Keys whose change makes stored evaluations incomparable; `backend` may change (local vs SGLang
+# serve the same checkpoint) but then sampling streams differ, so it is compared too.
+_COMPARED = ("round", "hashes", "design", "episode", "backend")
+
+
+def check_resume(stored: dict[str, Any], fresh: dict[str, Any], source: str) -> None:
+    """Raise `ManifestMismatchError` listing every difference between the stored and the fresh manifest."""
+    if stored.get("schema_version") != MANIFEST_SCHEMA_VERSION:
+        raise ManifestMismatchError(source, [f"schema_version {stored.get('schema_version')!r} is not {MANIFEST_SCHEMA_VERSION}"])
+    problems = []
+    for key in _COMPARED:
+        old, new = stored.get(key), fresh.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            for sub in sorted(set(old) | set(new)):
+                if old.get(sub) != new.get(sub):
+                    problems.append(f"{key}.{sub}: stored {old.get(sub)!r}, now {new.get(sub)!r}")
+        elif old != new:
+            problems.append(f"{key}: stored {old!r}, now {new!r}")
+    if problems:
+        problems.append("refusing to resume: use a new round (runs directory) or restore the inputs")
+        raise ManifestMismatchError(source, problems)

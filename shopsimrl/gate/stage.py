@@ -1,0 +1,412 @@
+"""The gate stage: design, manifest, evaluations, estimate, outputs, and one W&B record.
+
+    result = run_gate(load_gate_config("configs/trace2skill_online_gate.yaml"), settings=settings)
+
+Order (docs/gate.md): validate inputs -> build the design -> write mask_assignments.json and
+online_gate_manifest.json (or, on a re-run, refuse any hash difference) -> run the evaluations not
+yet final -> when every planned evaluation is final, estimate, write contributions.json,
+selected_skillbank.json, selected_skill.md and proposal_ledger.jsonl -> log W&B once.
+
+An incomplete gate (killed, interrupted, aborted on a service outage) writes none of the decision
+files and logs only `gate/coverage`, `gate/complete = 0` and the files that exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.gate.config import DEMO_CHECKPOINT, Backend, DesignConfig, GateConfig
+from shopsimrl.gate.design import ARMS, Design, build_design
+from shopsimrl.gate.estimate import Estimate, PairObservation, estimate_effects
+from shopsimrl.gate.manifest import (
+    build_manifest,
+    check_resume,
+    directory_sha256,
+    file_sha256,
+    json_sha256,
+    task_set_sha256,
+)
+from shopsimrl.gate.outputs import (
+    CONTRIBUTIONS_FILE,
+    MANIFEST_FILE,
+    MASK_ASSIGNMENTS_FILE,
+    TABLE_COLUMNS,
+    contributions_document,
+    descriptive,
+    existing_artifact_files,
+    selected_ids,
+    table_rows,
+    write_ledger,
+    write_selected_skillbank,
+)
+from shopsimrl.gate.runner import EVALUATIONS_FILE, EpisodeRunner, EvaluationState, EvaluationStatus, Todo
+from shopsimrl.metrics import names
+from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
+from shopsimrl.rollout.skillbank import Skillbank, load_skillbank
+from shopsimrl.storage import atomic_write_json
+from shopsimrl.tracking import StageLogger, WandbSettings
+
+STAGE = "gate"
+ARTIFACT_NAME = "shopsimrl-gate"
+TABLE_KEY = "gate/chunk_contributions"
+_VALIDATED = DesignConfig()  # the design bench/bench_gate.py validates (the shipped defaults)
+
+
+@dataclass
+class GateResult:
+    gate_dir: Path
+    planned: int
+    finished: int
+    complete: bool
+    document: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        return self.finished / self.planned if self.planned else 1.0
+
+
+@dataclass
+class _Inputs:
+    pool: CandidatePool
+    skillbank: Skillbank
+    catalog: Any
+    tasks: list[Any]
+    hashes: dict[str, str]
+
+
+def run_gate(
+    config: GateConfig,
+    *,
+    settings: WandbSettings | None = None,
+    echo: Callable[[str], None] = print,
+    progress: bool = True,
+) -> GateResult:
+    """Run (or resume) the gate the config describes. Raises ConfigError before any evaluation on bad input."""
+    gate_dir = config.gate_dir
+    inputs = _load_inputs(config)
+    candidates = [item.intervention_id for item in inputs.pool.interventions]
+    # Without a candidate there is nothing to compare: no episode runs and the skillbank stays as it is.
+    design = build_design(
+        [task.task_id for task in inputs.tasks] if candidates else [],
+        candidates=candidates,
+        replicates=config.design.replicates,
+        pairing=config.design.pairing,
+        seed=config.design.seed,
+    )
+    inputs.hashes["mask_assignments"] = json_sha256(design.to_json())
+    _register(config, design, inputs.hashes, gate_dir)
+    evaluations_path = gate_dir / EVALUATIONS_FILE
+    result = GateResult(gate_dir, design.planned, 0, False)
+    with StageLogger(gate_dir, stage=STAGE, settings=settings, config=config.model_dump(mode="json")) as log:
+        try:
+            state = EvaluationState.load(evaluations_path, design)
+            if state.torn_tail:
+                echo(f"gate: {state.torn_tail}; that evaluation runs again")
+            todo = [
+                Todo(pair, arm, state.attempts.get((pair.pair_id, arm), 0))
+                for pair in design.pairs
+                for arm in ARMS
+                if (pair.pair_id, arm) not in state.final
+            ]
+            echo(
+                f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}), "
+                f"{design.planned - len(todo)} already final, {len(todo)} to run"
+            )
+            if todo:
+                _run_evaluations(config, inputs, design, todo, evaluations_path, echo, progress)
+            state = EvaluationState.load(evaluations_path, design)
+            result.finished = len(state.final)
+            result.complete = result.finished == design.planned
+            if not result.complete:  # unreachable unless evaluations.jsonl is edited concurrently
+                raise RuntimeError(f"{design.planned - result.finished} evaluations are still missing")
+            document = _decide(config, inputs, design, state.final)
+            result.document = document
+            result.lines = summary_lines(config, document)
+            _log_complete(log, gate_dir, document)
+        except BaseException:
+            final = EvaluationState.load(evaluations_path, design).final if evaluations_path.exists() else {}
+            result.finished = len(final)
+            _log_incomplete(log, gate_dir, result.coverage)
+            raise
+    return result
+
+
+def _load_inputs(config: GateConfig) -> _Inputs:
+    from shopsimrl.shop import generate_catalog, load_split
+
+    problems: list[str] = []
+    paths = config.inputs
+    pool = skillbank = None
+    try:
+        pool = CandidatePool.model_validate_json(Path(paths.candidate_pool).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        problems.append(f"inputs.candidate_pool: {paths.candidate_pool} not found (run the Failure Analyst first)")
+    except ValueError as exc:
+        problems.append(f"inputs.candidate_pool: {paths.candidate_pool} is not a valid candidate pool: {exc}")
+    try:
+        skillbank = load_skillbank(paths.skillbank)
+    except ConfigError as exc:
+        problems.extend(f"inputs.skillbank: {p}" for p in exc.problems)
+    checkpoint_hash = None
+    if paths.checkpoint == DEMO_CHECKPOINT:
+        from shopsimrl.models.smollm2 import ModelUnavailableError, smollm2_gguf_path
+
+        try:
+            checkpoint_hash = file_sha256(smollm2_gguf_path())
+        except ModelUnavailableError as exc:
+            problems.append(f"inputs.checkpoint: demo model unavailable: {exc}")
+    elif not Path(paths.checkpoint).is_dir():
+        problems.append(f"inputs.checkpoint: {paths.checkpoint} is not a directory (an HF model directory or 'demo')")
+    else:
+        checkpoint_hash = directory_sha256(paths.checkpoint)
+    if paths.proposal_ledger and not Path(paths.proposal_ledger).exists():
+        problems.append(f"inputs.proposal_ledger: {paths.proposal_ledger} not found")
+    if pool is not None and skillbank is not None:
+        skillbank_sha = file_sha256(paths.skillbank)
+        if pool.skillbank_sha256 != skillbank_sha:
+            problems.append(
+                f"inputs.candidate_pool: written against skillbank sha256 {pool.skillbank_sha256[:12]}..., but "
+                f"{paths.skillbank} has {skillbank_sha[:12]}...: the pool does not belong to this skillbank"
+            )
+        else:
+            try:
+                apply_interventions(skillbank, list(pool.interventions), config.round)
+            except (ValueError, ConfigError) as exc:
+                problems.append(f"inputs.candidate_pool: an intervention does not apply to the skillbank: {exc}")
+    catalog = generate_catalog(seed=config.catalog.seed, num_products=config.catalog.num_products)
+    tasks = load_split(catalog, config.design.split, limit=config.design.tasks)
+    if len(tasks) < config.design.tasks:
+        problems.append(f"design.tasks: the {config.design.split} split has only {len(tasks)} tasks")
+    if problems:
+        raise ConfigError("gate inputs", problems)
+    assert pool is not None and skillbank is not None and checkpoint_hash is not None  # narrowed above
+    hashes = {
+        "checkpoint": checkpoint_hash,
+        "task_set": task_set_sha256(tasks, config.catalog.seed, config.catalog.num_products),
+        "candidate_pool": file_sha256(paths.candidate_pool),
+        "skillbank": file_sha256(paths.skillbank),
+    }
+    if paths.tokenizer:
+        hashes["tokenizer"] = directory_sha256(paths.tokenizer)
+    return _Inputs(pool, skillbank, catalog, tasks, hashes)
+
+
+def _register(config: GateConfig, design: Design, hashes: dict[str, str], gate_dir: Path) -> None:
+    """Write the design and the manifest before the first evaluation, or check them on a re-run."""
+    fresh = build_manifest(
+        round_name=config.round,
+        hashes=hashes,
+        design=config.design.model_dump(mode="json"),
+        episode=config.episode.model_dump(mode="json") | {"catalog": config.catalog.model_dump(mode="json")},
+        backend=config.generator.backend.value,
+    )
+    manifest_path = gate_dir / MANIFEST_FILE
+    if manifest_path.exists():
+        stored = json.loads(manifest_path.read_text(encoding="utf-8"))
+        check_resume(stored, fresh, str(manifest_path))
+        return
+    if (gate_dir / EVALUATIONS_FILE).exists():
+        raise ConfigError(str(gate_dir), [f"{EVALUATIONS_FILE} exists without {MANIFEST_FILE}: refusing to guess its inputs"])
+    atomic_write_json(gate_dir / MASK_ASSIGNMENTS_FILE, design.to_json())
+    atomic_write_json(manifest_path, fresh)  # last: its existence means the design is registered
+
+
+def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: list[Todo], path: Path,
+                     echo: Callable[[str], None], progress: bool) -> None:
+    from shopsimrl.config import ShopSimOptions
+    from shopsimrl.config.options import CatalogOptions
+
+    tokenizer, generator = _generator(config)
+    options = ShopSimOptions(
+        run_dir=str(config.gate_dir),
+        catalog=CatalogOptions(seed=config.catalog.seed, num_products=config.catalog.num_products),
+        tool_call_format=config.episode.tool_call_format,
+        max_turns=config.episode.max_turns,
+        max_new_tokens_per_turn=config.episode.max_new_tokens_per_turn,
+        max_context_tokens=config.episode.max_context_tokens,
+        full_skill_retry=False,
+        sglang_timeout_s=config.generator.timeout_s,
+    )
+    by_id = {item.intervention_id: item for item in inputs.pool.interventions}
+    cache: dict[tuple[str, ...], list[str]] = {}
+
+    def skill_texts_for(mask: tuple[str, ...]) -> list[str]:
+        if mask not in cache:
+            bank = apply_interventions(inputs.skillbank, [by_id[i] for i in mask], config.round)
+            cache[mask] = [chunk.text for chunk in bank.active_chunks]
+        return cache[mask]
+
+    counts = {"done": 0, "technical": 0}
+    step = max(1, len(todo) // 20)
+
+    def on_record(record: dict[str, Any]) -> None:
+        if record["status"] == EvaluationStatus.TECHNICAL_FAILURE:
+            counts["technical"] += 1
+            return
+        counts["technical"] += record["status"] == EvaluationStatus.UNSCORABLE
+        counts["done"] += 1
+        if progress and (counts["done"] % step == 0 or counts["done"] == len(todo)):
+            echo(f"gate: {counts['done']}/{len(todo)} evaluations final ({counts['technical']} technical failures so far)")
+
+    runner = EpisodeRunner(
+        tasks={task.task_id: task for task in inputs.tasks},
+        catalog=inputs.catalog,
+        tokenizer=tokenizer,
+        generator=generator,
+        options=options,
+        skill_texts_for=skill_texts_for,
+        sampling={"temperature": config.episode.temperature, "top_p": config.episode.top_p},
+        path=path,
+        concurrency=config.generator.concurrency,
+        max_attempts=config.generator.max_attempts,
+        abort_after_consecutive_failures=config.generator.abort_after_consecutive_failures,
+        on_record=on_record,
+    )
+    asyncio.run(runner.run(todo))
+
+
+def _generator(config: GateConfig) -> tuple[Any, Any]:
+    """(tokenizer, generator) on the fixed checkpoint."""
+    checkpoint = config.inputs.checkpoint
+    if config.generator.backend is Backend.SGLANG:
+        from transformers import AutoTokenizer
+
+        from shopsimrl.rollout.generators import SGLangGenerator
+
+        tokenizer = AutoTokenizer.from_pretrained(config.inputs.tokenizer or checkpoint)
+        return tokenizer, SGLangGenerator(config.generator.url or "", timeout_s=config.generator.timeout_s)
+    if checkpoint == DEMO_CHECKPOINT:
+        from shopsimrl.models.smollm2 import load_smollm2
+
+        loaded = load_smollm2()
+        model, tokenizer = loaded.model, loaded.tokenizer
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.inputs.tokenizer or checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    model.eval()
+    seed = config.design.seed
+    if config.generator.concurrency == 1:
+        from shopsimrl.rollout.generators import LocalHFGenerator
+
+        return tokenizer, LocalHFGenerator(model, tokenizer, seed=seed)
+    from shopsimrl.rollout.generators import BatchedLocalHFGenerator
+
+    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=seed, max_batch=config.generator.concurrency)
+
+
+def observations(design: Design, final: dict[tuple[str, str], dict[str, Any]], key: str) -> list[PairObservation]:
+    """Pairs whose two arms were both scored, in design order (so the fit is byte-reproducible)."""
+    out = []
+    for pair in design.pairs:
+        a, b = final.get((pair.pair_id, "a")), final.get((pair.pair_id, "b"))
+        if a is None or b is None or a["status"] != EvaluationStatus.SCORED or b["status"] != EvaluationStatus.SCORED:
+            continue
+        out.append(PairObservation(pair.task_id, tuple(design.indicators(pair)), float(a[key]), float(b[key])))
+    return out
+
+
+def _decide(config: GateConfig, inputs: _Inputs, design: Design, final: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    estimates: dict[str, Estimate] = {}
+    for outcome, key in (("success", "success"), ("reward", "reward")):
+        estimates[outcome] = estimate_effects(
+            observations(design, final, key),
+            design.candidates,
+            alpha=config.design.alpha,
+            min_effect=config.design.min_effect,
+        )
+    scored = sum(1 for record in final.values() if record["status"] == EvaluationStatus.SCORED)
+    summary = {
+        "planned": design.planned,
+        "finished": len(final),
+        "scored": scored,
+        "unscorable": len(final) - scored,
+        "pairs_in_estimate": estimates[config.design.outcome.value].pairs,
+        "tasks_in_estimate": estimates[config.design.outcome.value].tasks,
+        "descriptive": descriptive(design, final),
+        "validated_design": _is_validated(config.design),
+    }
+    document = contributions_document(
+        round_name=config.round,
+        pool=inputs.pool,
+        design=design,
+        decided_on=config.design.outcome.value,
+        estimates=estimates,
+        summary=summary,
+    )
+    gate_dir = config.gate_dir
+    atomic_write_json(gate_dir / CONTRIBUTIONS_FILE, document)
+    write_selected_skillbank(gate_dir, inputs.skillbank, inputs.pool, selected_ids(document), config.round)
+    ledger = Path(config.inputs.proposal_ledger) if config.inputs.proposal_ledger else None
+    write_ledger(gate_dir, ledger, inputs.pool, document)
+    return document
+
+
+def _is_validated(design: DesignConfig) -> bool:
+    """At least the benchmarked design (tasks x replicates, fold-over pairing, alpha, min effect)."""
+    return (
+        design.tasks * design.replicates >= _VALIDATED.tasks * _VALIDATED.replicates
+        and design.pairing is _VALIDATED.pairing
+        and design.alpha <= _VALIDATED.alpha
+        and design.min_effect >= _VALIDATED.min_effect
+    )
+
+
+def _log_complete(log: StageLogger, gate_dir: Path, document: dict[str, Any]) -> None:
+    desc = document["summary"]["descriptive"]
+    metrics: dict[str, Any] = {
+        names.GATE_COVERAGE.name: 1.0,
+        names.GATE_COMPLETE.name: 1,
+        names.GATE_SELECTED_COUNT.name: len(selected_ids(document)),
+        names.GATE_CANDIDATES.name: len(document["contributions"]),
+    }
+    for spec, key in (
+        (names.GATE_BARE_REWARD, "bare_reward"),
+        (names.GATE_MASKED_REWARD, "masked_reward"),
+        (names.GATE_DELTA_REWARD, "delta_reward"),
+        (names.GATE_BARE_SUCCESS_RATE, "bare_success"),
+        (names.GATE_MASKED_SUCCESS_RATE, "masked_success"),
+        (names.GATE_DELTA_SUCCESS_RATE, "delta_success"),
+    ):
+        if key in desc:  # absent when no episode ran that arm (never a made-up 0)
+            metrics[spec.name] = desc[key]
+    log.log(metrics)
+    log.log_table(TABLE_KEY, TABLE_COLUMNS, table_rows(document))
+    log.log_artifact(ARTIFACT_NAME, STAGE, existing_artifact_files(gate_dir))
+
+
+def _log_incomplete(log: StageLogger, gate_dir: Path, coverage: float) -> None:
+    log.log({names.GATE_COVERAGE.name: coverage, names.GATE_COMPLETE.name: 0})
+    log.log_artifact(ARTIFACT_NAME, STAGE, existing_artifact_files(gate_dir))
+
+
+def summary_lines(config: GateConfig, document: dict[str, Any]) -> list[str]:
+    """What the gate could and could not decide, for people."""
+    summary = document["summary"]
+    decided = document["estimates"][document["decided_on"]]
+    lines = [
+        f"gate {config.round}: {summary['finished']}/{summary['planned']} evaluations final "
+        f"({summary['unscorable']} unscorable); {summary['pairs_in_estimate']} scored pairs from "
+        f"{summary['tasks_in_estimate']} tasks; decided on {document['decided_on']}",
+    ]
+    for effect in decided["effects"]:
+        coefficient = "n/a" if effect["coefficient"] is None else f"{effect['coefficient']:+.3f}"
+        interval = "" if effect["ci_low"] is None else f" [{effect['ci_low']:+.3f}, {effect['ci_high']:+.3f}]"
+        lines.append(f"  {effect['intervention_id']}: {effect['status']:<12} beta={coefficient}{interval}  {effect['reason']}")
+    if not summary["validated_design"]:
+        lines.append(
+            f"  note: smaller than the validated design ({_VALIDATED.tasks} tasks x {_VALIDATED.replicates} replicates, "
+            f"{_VALIDATED.pairing.value} pairing; docs/gate.md): power to detect +{_VALIDATED.min_effect:.2f} is below 0.8, "
+            "so 'insufficient' is the expected verdict"
+        )
+    selected = selected_ids(document)
+    lines.append(f"  selected: {', '.join(selected) if selected else 'none'} -> {config.gate_dir / 'selected_skillbank.json'}")
+    return lines

@@ -1,0 +1,134 @@
+"""`shopsimrl slime ...`: the checks and files the slime scripts need, as thin click commands.
+
+`scripts/run_shopsimrl_slime.sh` calls `prepare`; `scripts/convert_hf_to_torch_dist.sh` calls
+`check-model` before and `write-manifest` after slime's converter; preflight runs the same
+library functions (shopsimrl.ops.launch, shopsimrl.ops.model_files, shopsimrl.ops.chat_template).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group("slime")
+def slime() -> None:
+    """Checks and files of the slime launch path (used by the scripts; safe to run by hand).
+
+    Example: shopsimrl slime check-model /models/Qwen3.5-4B
+    """
+
+
+def _fail(problems: list[str]) -> None:
+    for problem in problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(2)
+
+
+@slime.command("prepare")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="plugin options YAML whose run_dir may contain {group}")  # fmt: skip
+@click.option("--group", required=True, help="run group: names the run dir, checkpoints and W&B group")
+@click.option("--base-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="launch directory; relative paths resolve against it")  # fmt: skip
+@click.option("--hf-checkpoint", required=True, help="--hf-checkpoint directory")
+@click.option("--ref-load", required=True, help="--ref-load directory (converted checkpoint)")
+@click.option("--prompt-data", required=True, help="--prompt-data file")
+@click.option("--write", is_flag=True, help="check the inputs and write <run_dir>/shopsim_options.yaml")
+@click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
+def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, write, model_args) -> None:
+    """Validate a launch; print the run dir and the options file slime gets (one per line).
+
+    Without --write nothing is checked on disk and nothing is written (DRY_RUN). With --write every
+    input is checked first (model files, converted checkpoint, prompt data) and all problems are
+    listed, exit code 2, before anything is created.
+
+    Example: shopsimrl slime prepare --config configs/shopsim.formal.yaml --group qwen35-4b-round-000 --base-dir . --hf-checkpoint /models/Qwen3.5-4B --ref-load checkpoints/base/Qwen3.5-4B_torch_dist --prompt-data runs/prompts/shopsim_train.jsonl -- --num-layers 32
+    """
+    from shopsimrl.ops.launch import LaunchError, prepare_launch
+
+    try:
+        paths = prepare_launch(config_path=config_path, group=group, base_dir=base_dir.resolve(),
+                               hf_checkpoint=hf_checkpoint, ref_load=ref_load, prompt_data=prompt_data,
+                               model_args=list(model_args), write=write)  # fmt: skip
+    except LaunchError as exc:
+        _fail(exc.problems)
+    click.echo(str(paths.run_dir))
+    click.echo(str(paths.options_file))
+
+
+@slime.command("check-model")
+@click.argument("model_dir", type=click.Path(path_type=Path))
+def check_model(model_dir: Path) -> None:
+    """Check a Hugging Face model directory: config, tokenizer and every weight file, by name.
+
+    Example: shopsimrl slime check-model /models/Qwen3.5-4B
+    """
+    from shopsimrl.ops.model_files import hf_model_problems
+
+    problems = hf_model_problems(model_dir)
+    if problems:
+        _fail(problems)
+    click.echo(f"{model_dir}: config, tokenizer and weights present")
+
+
+@slime.command("check-converted")
+@click.option("--hf-checkpoint", required=True, help="the Hugging Face model directory it was converted from")
+@click.option("--ref-load", required=True, help="the converted torch_dist directory")
+@click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
+def check_converted(hf_checkpoint: str, ref_load: str, model_args: tuple[str, ...]) -> None:
+    """Check that a converted checkpoint is complete and was made from this HF config and these flags.
+
+    Example: shopsimrl slime check-converted --hf-checkpoint /models/Qwen3.5-4B --ref-load checkpoints/base/Qwen3.5-4B_torch_dist -- --num-layers 32
+    """
+    from shopsimrl.ops.model_files import converted_checkpoint_problems
+
+    problems = converted_checkpoint_problems(ref_load, hf_checkpoint, model_args)
+    if problems:
+        _fail(problems)
+    click.echo(f"{ref_load}: converted from {hf_checkpoint} with these model arguments")
+
+
+@slime.command("write-manifest")
+@click.option("--hf-checkpoint", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="the converted checkpoint directory")  # fmt: skip
+@click.option("--slime-commit", default="unknown", show_default=True)
+@click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
+def write_manifest(hf_checkpoint: Path, out_dir: Path, slime_commit: str, model_args: tuple[str, ...]) -> None:
+    """Record which HF config and model arguments a converted checkpoint was made from.
+
+    Example: shopsimrl slime write-manifest --hf-checkpoint /models/Qwen3.5-4B --out checkpoints/base/Qwen3.5-4B_torch_dist -- --num-layers 32
+    """
+    from shopsimrl.ops.model_files import MANIFEST_NAME, conversion_manifest
+    from shopsimrl.storage import atomic_write_json
+
+    atomic_write_json(out_dir / MANIFEST_NAME, conversion_manifest(hf_checkpoint, model_args, slime_commit))
+    click.echo(f"wrote {out_dir / MANIFEST_NAME}")
+
+
+@slime.command("check-chat-template")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["xml", "json"]), default="xml", show_default=True,
+              help="our tool-call format (shopsim.tool_call_format)")  # fmt: skip
+def check_chat_template(model_dir: Path, fmt: str) -> None:
+    """Compare our render_chat with the checkpoint's own chat template, token by token.
+
+    Renders a first turn (system + tools + user) and a continuation after a tool response both
+    ways and exits 1 at the first differing token.
+
+    Example: shopsimrl slime check-chat-template /models/Qwen3.5-4B
+    """
+    from transformers import AutoTokenizer
+
+    from shopsimrl.ops.chat_template import compare_with_template
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    mismatches = compare_with_template(tokenizer, fmt)
+    if mismatches:
+        for mismatch in mismatches:
+            click.echo(f"mismatch: {mismatch}", err=True)
+        sys.exit(1)
+    click.echo(f"{model_dir}: our render_chat ({fmt}) equals the checkpoint's chat template on every case")

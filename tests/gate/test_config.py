@@ -1,0 +1,74 @@
+"""Every shipped gate config validates; the example's design is the validated default; bad input is listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.gate.config import DesignConfig, load_gate_config
+from shopsimrl.gate.manifest import file_sha256
+from shopsimrl.ops import compose_schema
+from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
+from shopsimrl.rollout.skillbank import load_skillbank
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [
+    "configs/archive/trace2skill_online_gate.example.yaml",
+    "configs/trace2skill_online_gate.yaml",
+    "configs/local/gate.yaml",
+]
+
+
+@pytest.mark.parametrize("path", SHIPPED)
+def test_shipped_configs_validate(path):
+    config = load_gate_config(ROOT / path)
+    assert config.design.split == "validation"
+
+
+def test_example_and_round_config_carry_the_validated_design():
+    for path in SHIPPED[:2]:
+        assert load_gate_config(ROOT / path).design == DesignConfig()
+
+
+def test_demo_pool_belongs_to_the_demo_skillbank_and_applies():
+    config = load_gate_config(ROOT / "configs/local/gate.yaml")
+    pool = CandidatePool.model_validate_json((ROOT / config.inputs.candidate_pool).read_text())
+    skillbank = ROOT / config.inputs.skillbank
+    assert pool.skillbank_sha256 == file_sha256(skillbank)
+    apply_interventions(load_skillbank(skillbank), list(pool.interventions), config.round)
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    raw = yaml.safe_load((ROOT / SHIPPED[1]).read_text())
+    raw["design"]["tasks"] = 500
+    raw["generator"]["url"] = None
+    raw["episode"]["colour"] = "red"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as info:
+        load_gate_config(path)
+    # Field errors come first; the cross-field check (url) runs only on a structurally valid config.
+    assert info.value.problems == [
+        "design.tasks: Input should be less than or equal to 200",
+        "episode.colour: Extra inputs are not permitted",
+    ]
+
+
+def test_sglang_backend_needs_a_url_and_overrides_apply(tmp_path):
+    with pytest.raises(ConfigError, match="generator.url is required with generator.backend: sglang"):
+        load_gate_config(ROOT / SHIPPED[1], {"generator.url": None})
+    config = load_gate_config(ROOT / SHIPPED[1], {"design.tasks": 8, "design.pairing": "bare"})
+    assert (config.design.tasks, config.design.pairing.value, config.design.episodes) == (8, "bare", 48)
+
+
+def test_compose_gate_service_serves_the_checkpoint_with_sglang_on_the_gpus():
+    services = compose_schema.read_compose(ROOT / "compose.yaml")["services"]
+    gate, train = services["gate"], services["train"]
+    for key in ("image", "deploy", "ipc", "shm_size", "ulimits", "volumes", "env_file"):
+        assert gate[key] == train[key], key
+    script = gate["command"][-1]
+    assert "sglang.launch_server" in script and "--enable-deterministic-inference" in script
+    assert script.endswith('shopsimrl train online-gate "$$GATE_CONFIG"')

@@ -1,0 +1,178 @@
+"""The gate stage end to end on a tiny real checkpoint: files, resume refusal, technical failures, W&B."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from shopsimrl.gate.config import load_gate_config
+from shopsimrl.gate.design import Design
+from shopsimrl.gate.manifest import ManifestMismatchError
+from shopsimrl.gate.outputs import ARTIFACT_FILES, TABLE_COLUMNS
+from shopsimrl.gate.runner import GateAborted
+from shopsimrl.gate.stage import run_gate
+from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent, Operation
+from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.storage import read_jsonl
+from shopsimrl.tracking import WandbSettings
+from shopsimrl.tracking.offline_reader import read_offline_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
+from sglang_fake_server import fake_sglang, ok_reply  # noqa: E402
+
+IM_END_ID = 258  # tiny tokenizer: <|im_end|>
+
+
+def _quiet(_line: str) -> None:
+    return None
+
+
+def _analyst_ledger(path: Path) -> Path:
+    entry = LedgerEntry(event=LedgerEvent.PROPOSED, round="round-000", proposal_id="prop-add",
+                        logical_chunk_id="compare-prices", operation=Operation.ADD, intervention_id="int-add-compare",
+                        at="2026-01-01T00:00:00+00:00")
+    path.write_text(entry.model_dump_json() + "\n", encoding="utf-8")
+    return path
+
+
+def test_complete_gate_writes_every_file_and_a_rerun_changes_nothing(gate_files, tmp_path):
+    ledger = _analyst_ledger(tmp_path / "analyst_ledger.jsonl")
+    config = load_gate_config(gate_files(), {"inputs.proposal_ledger": str(ledger)})
+    result = run_gate(config, echo=_quiet)
+    gate_dir = config.gate_dir
+    assert result.complete and result.coverage == 1.0
+    assert sorted(p.name for p in gate_dir.iterdir() if p.name in ARTIFACT_FILES) == sorted(ARTIFACT_FILES)
+
+    design = Design.from_json(json.loads((gate_dir / "mask_assignments.json").read_text()))
+    evaluations = read_jsonl(gate_dir / "evaluations.jsonl").records
+    assert sorted((r["pair_id"], r["arm"]) for r in evaluations) == sorted(design.evaluation_keys())
+    by_key = {(r["pair_id"], r["arm"]): r for r in evaluations}
+    for pair in design.pairs:  # common random numbers: one sampling seed per pair, both arms
+        assert by_key[(pair.pair_id, "a")]["sampling_seed"] == by_key[(pair.pair_id, "b")]["sampling_seed"]
+        assert by_key[(pair.pair_id, "a")]["mask"] == list(pair.mask_a)
+
+    contributions = json.loads((gate_dir / "contributions.json").read_text())
+    assert [list(row) for row in contributions["contributions"]] == [list(TABLE_COLUMNS)] * 3
+    assert contributions["summary"]["validated_design"] is False
+    bank = load_skillbank(gate_dir / "selected_skillbank.json")
+    assert bank == load_skillbank(config.inputs.skillbank)  # nothing selected on 3 tasks: the bank is unchanged
+    lines = read_jsonl(gate_dir / "proposal_ledger.jsonl").records
+    assert lines[0]["event"] == "proposed"  # the Analyst's ledger, copied
+    assert [(line["intervention_id"], line["event"]) for line in lines[1:]] == [
+        ("int-add-compare", "gate_insufficient"),
+        ("int-revise-search", "gate_insufficient"),
+        ("int-remove-verify", "gate_insufficient"),
+    ]
+    assert "clustered standard errors need at least 20 tasks" in lines[1]["reason"]
+
+    before = (gate_dir / "contributions.json").read_bytes()
+    again = run_gate(config, echo=_quiet)
+    assert again.complete
+    assert len(read_jsonl(gate_dir / "evaluations.jsonl").records) == len(evaluations)  # nothing re-run
+    assert (gate_dir / "contributions.json").read_bytes() == before
+
+
+def test_resume_refuses_a_changed_checkpoint_or_design(gate_files, tmp_path, tiny_checkpoint):
+    path = gate_files()
+    config = load_gate_config(path)
+    run_gate(config, echo=_quiet)
+    changed = tmp_path / "checkpoint-changed"
+    shutil.copytree(tiny_checkpoint, changed)
+    (changed / "generation_config.json").write_text('{"do_sample": true}\n')
+    with pytest.raises(ManifestMismatchError) as info:
+        run_gate(load_gate_config(path, {"inputs.checkpoint": str(changed)}), echo=_quiet)
+    assert info.value.problems[0].startswith("hashes.checkpoint: stored '")
+    assert info.value.problems[-1] == "refusing to resume: use a new round (runs directory) or restore the inputs"
+    with pytest.raises(ManifestMismatchError) as info:
+        run_gate(load_gate_config(path, {"design.seed": 8}), echo=_quiet)
+    assert [p.split(":")[0] for p in info.value.problems[:-1]] == ["hashes.mask_assignments", "design.seed"]
+
+
+def test_technical_failures_are_rerun_never_scored_and_exhausted_ones_are_unscorable(gate_files, tiny_checkpoint):
+    fail = lambda request: (500, {"error": "engine overloaded"})  # noqa: E731
+    with fake_sglang([fail, fail, fail, ok_reply([IM_END_ID], [-0.5])]) as server:
+        config = load_gate_config(gate_files(), {
+            "generator": {"backend": "sglang", "url": server.url, "concurrency": 1, "max_attempts": 2,
+                          "abort_after_consecutive_failures": 5},
+        })
+        result = run_gate(config, echo=_quiet)
+    records = read_jsonl(config.gate_dir / "evaluations.jsonl").records
+    first, second = records[0], records[1]
+    assert (first["status"], first["attempt"], second["status"], second["attempt"]) == (
+        "technical_failure", 1, "unscorable", 2)
+    assert first["reward"] is None and first["technical_error"]["kind"] == "model_service"
+    assert [(r["status"], r["attempt"]) for r in records[2:4]] == [("technical_failure", 1), ("scored", 2)]
+    assert all(r["status"] == "scored" and r["reward"] == 0.0 for r in records[4:])
+    assert result.complete
+    summary = result.document["summary"]
+    assert (summary["unscorable"], summary["pairs_in_estimate"]) == (1, 5)  # the pair with an unscorable arm drops
+    seeds = {request["sampling_params"]["sampling_seed"] for request in server.requests}
+    design = Design.from_json(json.loads((config.gate_dir / "mask_assignments.json").read_text()))
+    assert seeds == {pair.sampling_seed for pair in design.pairs}
+
+
+def _wandb_settings(group: str) -> WandbSettings:
+    return WandbSettings.from_env(overrides={"enabled": True, "group": group, "project": "shopsimrl-test"})
+
+
+def test_complete_gate_logs_scalars_the_table_and_the_artifact_once(gate_files, wandb_offline):
+    config = load_gate_config(gate_files())
+    result = run_gate(config, settings=_wandb_settings("round-000"), echo=_quiet)
+    status = json.loads((config.gate_dir / "wandb_status.json").read_text())
+    run = read_offline_run(status["run_file"])
+    assert (run.info.group, run.info.job_type, run.exit_code) == ("round-000", "gate", 0)
+    scalars = run.history[0]
+    assert scalars["gate/coverage"] == 1.0 and scalars["gate/complete"] == 1
+    assert (scalars["gate/selected_count"], scalars["gate/candidates"]) == (0, 3)
+    assert scalars["gate/masked_reward"] == pytest.approx(0.0)
+    assert [ref.key for ref in run.tables] == ["gate/chunk_contributions"]
+    table = run.load_table(run.tables[0])
+    assert table["columns"] == list(TABLE_COLUMNS)
+    assert [row[0] for row in table["data"]] == ["int-add-compare", "int-revise-search", "int-remove-verify"]
+    assert [row[5] for row in table["data"]] == ["insufficient"] * 3
+    gate_artifacts = [a for a in run.artifacts if a.type == "gate"]  # W&B stores the Table as a run_table one
+    assert [a.name for a in gate_artifacts] == ["shopsimrl-gate"]
+    assert sorted(gate_artifacts[0].files) == sorted(ARTIFACT_FILES)
+    assert result.complete and len(run.history) == 2  # one row of scalars, one of the Table: logged once
+
+
+def test_incomplete_gate_logs_only_coverage_complete_zero_and_the_files_it_has(gate_files, wandb_offline):
+    fail = lambda request: (503, {"error": "no engine"})  # noqa: E731
+    with fake_sglang([fail]) as server:
+        config = load_gate_config(gate_files(), {
+            "generator": {"backend": "sglang", "url": server.url, "concurrency": 1,
+                          "abort_after_consecutive_failures": 2},
+        })
+        with pytest.raises(GateAborted, match="2 technical failures in a row"):
+            run_gate(config, settings=_wandb_settings("round-000"), echo=_quiet)
+    gate_dir = config.gate_dir
+    for name in ("contributions.json", "selected_skillbank.json", "selected_skill.md", "proposal_ledger.jsonl"):
+        assert not (gate_dir / name).exists(), name
+    metrics = read_jsonl(gate_dir / "metrics.jsonl").records
+    assert [{k: v for k, v in m.items() if not k.startswith("_")} for m in metrics] == [
+        {"gate/coverage": 0.0, "gate/complete": 0}]
+    run = read_offline_run(json.loads((gate_dir / "wandb_status.json").read_text())["run_file"])
+    logged = {key for row in run.history for key in row if not key.startswith("_")}
+    assert logged == {"gate/coverage", "gate/complete"}
+    assert run.tables == []
+    assert [(a.name, sorted(a.files)) for a in run.artifacts] == [
+        ("shopsimrl-gate", ["mask_assignments.json", "online_gate_manifest.json"])]
+    assert run.exit_code == 1
+
+
+def test_an_empty_pool_runs_no_episode_and_keeps_the_skillbank(gate_files, tmp_path):
+    path = gate_files()
+    pool = tmp_path / "candidate_pool.json"
+    raw = json.loads(pool.read_text())
+    raw["interventions"] = []
+    pool.write_text(json.dumps(raw))
+    config = load_gate_config(path)
+    result = run_gate(config, echo=_quiet)
+    assert (result.planned, result.complete, result.coverage) == (0, True, 1.0)
+    assert not (config.gate_dir / "evaluations.jsonl").exists()
+    assert result.document["contributions"] == []
+    assert load_skillbank(config.gate_dir / "selected_skillbank.json") == load_skillbank(config.inputs.skillbank)
