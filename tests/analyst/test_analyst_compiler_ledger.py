@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from analyst_helpers import SKILLBANK, catalog
-from test_firewall import CARD
+from test_analyst_firewall import CARD
 
 from shopsimrl.analyst.cards import CardStatus, FailureCard, Lesson
 from shopsimrl.analyst.compiler import cluster_lessons, compile_candidates, target_chunk

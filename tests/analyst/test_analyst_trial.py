@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from analyst_helpers import SKILLBANK, ExpertPolicyGenerator, catalog, train_tasks
-from test_compiler_ledger import card
+from test_analyst_compiler_ledger import card
 
 from shopsimrl.analyst.config import TrialSettings
 from shopsimrl.analyst.failure_modes import FailureMode

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_compiler_ledger import card
+from test_analyst_compiler_ledger import card
 
 from shopsimrl.analyst.config import LlmSettings
 from shopsimrl.analyst.failure_modes import FailureMode
