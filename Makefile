@@ -29,12 +29,15 @@ COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WAN
 COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
 # The gate's config: the round's SGLang config in the container, the demo config on the CPU backend.
 GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
+# The Analyst's config; its run.group is the round (the shipped one: the local demo round).
+ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
 export WANDB_GROUP
 
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight convert train-smoke train gate wandb-sync report behavior canary shell \
+.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate wandb-sync report behavior \
+	canary shell \
 	images pin-images
 
 help: ## List the targets with a one-line description ([runner] = where RUNNER applies)
@@ -73,6 +76,9 @@ train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [d
 
 train: ## A formal training round [docker: slime|local: CPU]
 	$(call by_runner,train,train run --config configs/local/train.yaml)
+
+analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool, W&B once [docker|local]
+	$(call by_runner,analyze,training analyze $(ANALYZE_CONFIG) --wandb)
 
 gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
 	$(call by_runner,gate,train online-gate $(GATE_CONFIG))

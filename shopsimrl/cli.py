@@ -17,11 +17,28 @@ COMMANDS: dict[str, str] = {
     "monitor": "shopsimrl.metrics.commands:monitor",
     "behavior": "shopsimrl.behavior.commands:behavior",
     "wandb": "shopsimrl.tracking.commands:wandb_group",
-    "train": "shopsimrl.local.commands:train",
+    "training": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",
     "canary": "shopsimrl.ops.commands:canary",
     "slime": "shopsimrl.ops.slime_commands:slime",
 }
+
+
+# Old names that still work; not listed in --help.
+ALIASES: dict[str, str] = {"train": "training"}
+
+# Commands attached to a group from other packages, "module:attribute" each, one per line.
+GROUP_COMMANDS: dict[str, tuple[str, ...]] = {
+    "training": (
+        "shopsimrl.analyst.commands:analyze",
+        "shopsimrl.analyst.commands:analyze_sidecar",
+    ),
+}
+
+
+def _load(target: str) -> click.Command:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 class LazyGroup(click.Group):
@@ -29,11 +46,17 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd_name = ALIASES.get(cmd_name, cmd_name)
         target = COMMANDS.get(cmd_name)
         if target is None:
             return None
-        module_name, _, attribute = target.partition(":")
-        return getattr(importlib.import_module(module_name), attribute)
+        command = _load(target)
+        if isinstance(command, click.Group):
+            for extra in GROUP_COMMANDS.get(cmd_name, ()):
+                sub = _load(extra)
+                if sub.name not in command.commands:
+                    command.add_command(sub)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         # A write the machine refused (disk full, read-only, permission denied) is not a bug of ours:

@@ -1,4 +1,4 @@
-"""`shopsimrl train demo|run|smoke`: the local CPU backend from the command line (thin layer over run.py)."""
+"""`shopsimrl training demo|run|smoke`: the local CPU backend from the command line (thin layer over run.py)."""
 
 from __future__ import annotations
 
@@ -75,11 +75,11 @@ set_option = click.option(
 )
 
 
-@click.group("train")
+@click.group("training")
 def train() -> None:
     """Train on the local CPU backend (slime's rollout loop and GRPO in one process).
 
-    Example: shopsimrl train smoke --config configs/local/smoke.yaml --set model.name=tiny
+    Example: shopsimrl training smoke --config configs/local/smoke.yaml --set model.name=tiny
     """
 
 

@@ -397,6 +397,26 @@ ANALYSIS_CANDIDATES = _declare(
     _D.INFORMATIONAL,
     "candidate interventions compiled by the Failure Analyst",
 )
+ANALYSIS_TRIAGE_GROUPS = _declare(
+    "analysis/triage_groups", "groups", "-", _D.INFORMATIONAL, "triage records of the round (all-wrong and technical)"
+)
+ANALYSIS_ANALYZED_CARDS = _declare(
+    "analysis/analyzed_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that got a lesson"
+)
+ANALYSIS_PROPOSAL_HISTORY_RECORDS = _declare(
+    "analysis/proposal_history_records",
+    "ledger entries",
+    "-",
+    _D.INFORMATIONAL,
+    "lines of the round's proposal ledger after the compile",
+)
+ANALYSIS_EVIDENCE_ONLY_CARDS = _declare(
+    "analysis/evidence_only_cards",
+    "cards",
+    "-",
+    _D.INFORMATIONAL,
+    "failure cards whose counterfactual trial did not succeed",
+)
 
 # ---- gate/* (spec sections 5 and 7): logged once per gate invocation, at completion or abort --------
 # An incomplete gate logs only GATE_COVERAGE and GATE_COMPLETE = 0 (docs/gate.md).

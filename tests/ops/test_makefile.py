@@ -26,7 +26,7 @@ def listed_targets() -> list[str]:
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
     assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
-                                "train-smoke", "train", "gate", "wandb-sync", "report", "behavior", "canary",
+                                "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "behavior", "canary",
                                 "shell", "images", "pin-images"]
 
 
@@ -59,7 +59,7 @@ def test_fixed_cli_commands_on_the_local_runner():
 
 def test_docker_runner_runs_the_compose_service():
     compose = "docker compose --env-file docker/versions.env"
-    for target in ("convert", "train-smoke", "train", "gate", "wandb-sync", "report", "canary"):
+    for target in ("convert", "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "canary"):
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"

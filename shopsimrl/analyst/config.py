@@ -1,0 +1,185 @@
+"""The Failure Analyst's config (`configs/trace2skill_online_analysis.yaml`): one typed source of defaults.
+
+Every key is documented in configs/archive/trace2skill_online_analysis.example.yaml. `load_analysis_config`
+reports every problem of the file at once (`ConfigError`, one line per problem with its location).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
+from shopsimrl.errors import ConfigError
+
+ANALYSIS_CONFIG_SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LessonBackendName(StrEnum):
+    RULES = "rules"  # deterministic lesson per failure mode, no model
+    LLM = "llm"  # an OpenAI-compatible chat endpoint (SGLang, vLLM, ...)
+
+
+class TrialGeneratorName(StrEnum):
+    LOCAL = "local"  # a Hugging Face model in this process (CPU backend, tests)
+    SGLANG = "sglang"  # the round's policy served by SGLang's /generate (production)
+
+
+class RunPaths(_Strict):
+    group: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", description="the round")
+    runs_root: str = "runs"
+    train_dir: str | None = Field(
+        None, description="default <runs_root>/<group>/train; a glob picks the newest match (demo runs)"
+    )
+    analysis_dir: str | None = Field(None, description="default: the train_dir's sibling analysis/")
+
+
+class LlmSettings(_Strict):
+    base_url: str = "http://127.0.0.1:30000/v1"
+    model: str = "default"
+    api_key_env: str | None = Field(None, description="name of the variable holding the key; never the key")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+    concurrency: int = Field(8, ge=1, le=256)
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int = Field(256, ge=16, le=4096)
+
+
+class LessonSettings(_Strict):
+    backend: LessonBackendName = LessonBackendName.RULES
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+
+
+class TrialSettings(_Strict):
+    enabled: bool = True
+    generator: TrialGeneratorName = TrialGeneratorName.LOCAL
+    model: str = Field("tiny", description="local: tiny | smollm2 | a Hugging Face model directory")
+    model_seed: int = 0
+    sglang_url: str | None = None
+    tokenizer: str | None = Field(None, description="sglang: the policy's tokenizer directory")
+    attempts: int = Field(1, ge=1, le=16, description="episodes per lesson")
+    min_successes: int = Field(1, ge=1, description="successful episodes that make a card eligible")
+    technical_retries: int = Field(2, ge=0, le=10, description="re-runs of an episode lost to a technical failure")
+    temperature: float = Field(0.7, ge=0, le=2)
+    seed: int = 0
+    max_cards: int | None = Field(None, ge=1, description="trial at most this many cards per run (CPU budget)")
+    concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once (sglang: many)")
+
+
+class FirewallSettings(_Strict):
+    banned_terms: list[str] = Field(default_factory=list, description="extra terms no candidate may carry")
+    shingle_words: int = Field(5, ge=3, le=12, description="n-gram length for held-out instruction text")
+
+
+class CompilerSettings(_Strict):
+    max_candidates: int = Field(8, ge=1, le=64)
+    min_evidence_cards: int = Field(1, ge=1)
+    chunk_id_prefix: str = Field("analyst", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
+    text_similarity: float = Field(0.6, gt=0, le=1, description="Jaccard of word sets that joins two lessons")
+
+
+class LedgerSettings(_Strict):
+    history: list[str] = Field(
+        default_factory=list, description="earlier rounds' ledgers (gate/proposal_ledger.jsonl) to honour"
+    )
+
+
+class SidecarSettings(_Strict):
+    poll_interval_s: float = Field(2.0, gt=0, le=600)
+
+
+class AnalysisConfig(_Strict):
+    schema_version: int = ANALYSIS_CONFIG_SCHEMA_VERSION
+    run: RunPaths
+    shopsim_config: str = Field(..., description="the training round's YAML with a top-level `shopsim:`")
+    lessons: LessonSettings = Field(default_factory=LessonSettings)
+    trial: TrialSettings = Field(default_factory=TrialSettings)
+    firewall: FirewallSettings = Field(default_factory=FirewallSettings)
+    compiler: CompilerSettings = Field(default_factory=CompilerSettings)
+    ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    sidecar: SidecarSettings = Field(default_factory=SidecarSettings)
+
+    @property
+    def train_dir(self) -> Path:
+        """The training stage directory. A glob (the demo gives every run its own directory,
+        runs/local-demo-round-000-<UTC time>/train) names the newest match, by name; with no match
+        it stays the pattern, which the stage reports as missing."""
+        raw = self.run.train_dir or str(Path(self.run.runs_root) / self.run.group / "train")
+        if glob.has_magic(raw):
+            found = sorted(p for p in glob.glob(raw) if Path(p).is_dir())
+            return Path(found[-1]) if found else Path(raw)
+        return Path(raw)
+
+    @property
+    def analysis_dir(self) -> Path:
+        # Beside train/: the training metric pending_analysis_rate reads <train_dir>/../analysis/.
+        return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / "analysis"
+
+
+def load_analysis_config(path: str | os.PathLike[str]) -> AnalysisConfig:
+    """Read and validate the analysis YAML; raises `ConfigError` listing every problem."""
+    source = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    return analysis_config_from_mapping(raw, source)
+
+
+def analysis_config_from_mapping(raw: Any, source: str) -> AnalysisConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
+    try:
+        config = AnalysisConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(source, [_problem(item) for item in exc.errors()]) from None
+    problems = []
+    if config.schema_version != ANALYSIS_CONFIG_SCHEMA_VERSION:
+        problems.append(
+            f"schema_version: {config.schema_version} is not supported (this version reads "
+            f"{ANALYSIS_CONFIG_SCHEMA_VERSION})"
+        )
+    trial = config.trial
+    if trial.min_successes > trial.attempts:
+        problems.append(f"trial.min_successes: {trial.min_successes} is more than trial.attempts ({trial.attempts})")
+    if trial.generator is TrialGeneratorName.SGLANG and not (trial.sglang_url and trial.tokenizer):
+        problems.append("trial: generator sglang needs trial.sglang_url and trial.tokenizer")
+    if problems:
+        raise ConfigError(source, problems)
+    return config
+
+
+def load_round_options(config: AnalysisConfig) -> ShopSimOptions:
+    """The training round's ShopSim options (catalog, turns, tool-call format, skillbank).
+
+    Reads the `shopsim:` section of `shopsim_config` (a slime `--custom-config-path` YAML or a
+    local-backend config); its run_dir defaults to this config's train_dir.
+    """
+    source = config.shopsim_config
+    try:
+        data = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    if not isinstance(data, dict) or not isinstance(data.get(OPTIONS_KEY), dict):
+        raise ConfigError(source, [f"missing top-level mapping {OPTIONS_KEY!r}"])
+    section = {"run_dir": str(config.train_dir), **data[OPTIONS_KEY]}
+    return validate_options(section, source)
+
+
+def _problem(item: Any) -> str:
+    location = ".".join(str(part) for part in item["loc"]) or "top level"
+    return f"{location}: {item['msg']}"

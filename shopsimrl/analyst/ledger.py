@@ -1,0 +1,95 @@
+"""The proposal ledger: `analysis/proposal_ledger.jsonl`, append-only history of every proposal.
+
+One `LedgerEntry` line (shopsimrl.rollout.candidates) per event: proposed, firewall_rejected,
+trial_failed, duplicate_rejected, and later the gate's verdicts (in gate/proposal_ledger.jsonl).
+`LedgerHistory` reads this round's ledger and earlier rounds' (`ledger.history`) and refuses an
+edit the gate rejected before unless new evidence supports it: a failure card, identified by
+(round, card id), that none of that proposal's earlier entries cited.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent
+from shopsimrl.storage import append_jsonl, read_jsonl
+
+LEDGER_FILE = "proposal_ledger.jsonl"
+
+
+def ledger_path(analysis_dir: str | os.PathLike[str]) -> Path:
+    return Path(analysis_dir) / LEDGER_FILE
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def read_ledger(path: str | os.PathLike[str]) -> tuple[list[LedgerEntry], list[str]]:
+    """Every valid entry and the problems (torn last line, invalid entries) with file and line."""
+    if not Path(path).exists():
+        return [], []
+    raw = read_jsonl(path, strict_middle=False)
+    problems = [str(problem) for problem in raw.problems]
+    entries = []
+    for number, record in enumerate(raw.records, start=1):
+        try:
+            entries.append(LedgerEntry.model_validate(record))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            problems.append(f"{path}: record {number}: invalid ledger entry ({where}: {first['msg']})")
+    return entries, problems
+
+
+def append_entries(analysis_dir: str | os.PathLike[str], entries: Iterable[LedgerEntry]) -> int:
+    count = 0
+    for entry in entries:
+        append_jsonl(ledger_path(analysis_dir), entry.model_dump(mode="json"), fsync=True)
+        count += 1
+    return count
+
+
+def count_records(analysis_dir: str | os.PathLike[str]) -> int:
+    entries, _ = read_ledger(ledger_path(analysis_dir))
+    return len(entries)
+
+
+class LedgerHistory:
+    """What earlier entries say about a proposal."""
+
+    def __init__(self, entries: Sequence[LedgerEntry]) -> None:
+        self._by_proposal: dict[str, list[LedgerEntry]] = {}
+        for entry in entries:
+            self._by_proposal.setdefault(entry.proposal_id, []).append(entry)
+
+    @classmethod
+    def load(cls, paths: Iterable[str | os.PathLike[str]]) -> tuple[LedgerHistory, list[str]]:
+        entries: list[LedgerEntry] = []
+        problems: list[str] = []
+        for path in paths:
+            found, trouble = read_ledger(path)
+            entries.extend(found)
+            problems.extend(trouble)
+        return cls(entries), problems
+
+    def entries_for(self, proposal_id: str) -> list[LedgerEntry]:
+        return list(self._by_proposal.get(proposal_id, ()))
+
+    def duplicate_reason(self, proposal_id: str, round_name: str, card_ids: Sequence[str]) -> str | None:
+        """Why a re-proposal is refused, or None when it may be proposed."""
+        entries = self.entries_for(proposal_id)
+        rejected = [e for e in entries if e.event is LedgerEvent.GATE_REJECTED]
+        if not rejected:
+            return None
+        seen = {(e.round, card) for e in entries for card in e.evidence_card_ids}
+        new = {(round_name, card) for card in card_ids} - seen
+        if new:
+            return None
+        rounds = sorted({e.round for e in rejected})
+        return f"rejected by the gate in round(s) {', '.join(rounds)}; no new evidence card since"
