@@ -81,7 +81,7 @@ analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool,
 	$(call by_runner,analyze,training analyze $(ANALYZE_CONFIG) --wandb)
 
 gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
-	$(call by_runner,gate,train online-gate $(GATE_CONFIG))
+	$(call by_runner,gate,training online-gate $(GATE_CONFIG))
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

@@ -71,4 +71,4 @@ def test_compose_gate_service_serves_the_checkpoint_with_sglang_on_the_gpus():
         assert gate[key] == train[key], key
     script = gate["command"][-1]
     assert "sglang.launch_server" in script and "--enable-deterministic-inference" in script
-    assert script.endswith('shopsimrl train online-gate "$$GATE_CONFIG"')
+    assert script.endswith('shopsimrl training online-gate "$$GATE_CONFIG"')

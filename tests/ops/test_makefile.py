@@ -52,7 +52,7 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("report", "RUNNER=local", "WANDB_GROUP=g1") == f"{cli} wandb export --group g1"
     assert _last_line("behavior", "WANDB_GROUP=g1") == f"{cli} behavior analyze runs/g1"
     assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
-    assert _last_line("gate", "RUNNER=local") == f"{cli} train online-gate configs/local/gate.yaml"
+    assert _last_line("gate", "RUNNER=local") == f"{cli} training online-gate configs/local/gate.yaml"
     assert _last_line("preflight", "RUNNER=local") == f"{cli} preflight --runner local"
     assert _last_line("pin-images") == "bash docker/pin_images.sh docker/versions.env"
 
