@@ -98,7 +98,7 @@ def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
     in the demo's own group (run.group of the config, local-demo-round-000). Each demo writes its own
     run directory, runs/<run.group>-<UTC time>/train.
 
-    Example: shopsimrl train demo
+    Example: shopsimrl training demo
     """
     from shopsimrl.local.summary import demo_summary
     from shopsimrl.tracking import WandbSettings
@@ -129,7 +129,7 @@ def run_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -> 
     The run directory runs_root/run.group/train must be new: a directory that already holds a run is
     refused (exit 1), never appended to; give each run its own run.group.
 
-    Example: shopsimrl train run --config configs/local/train.yaml --set driver.num_rollout=5
+    Example: shopsimrl training run --config configs/local/train.yaml --set driver.num_rollout=5
     """
     from shopsimrl.local.summary import demo_summary
 
@@ -152,7 +152,7 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
 
     Each smoke gets its own run directory (a UTC timestamp is appended to run.group).
 
-    Example: shopsimrl train smoke --config configs/local/smoke.yaml
+    Example: shopsimrl training smoke --config configs/local/smoke.yaml
     """
     from shopsimrl.local.run import RunResult
     from shopsimrl.ops.smoke import Status, evaluate_smoke, write_smoke_report

@@ -8,7 +8,7 @@ into the same run directory) is refused at once, every problem in one `StartupEr
 
 A used run directory is refused, never appended to: `metrics.jsonl` would restart `_step` at 0 in
 the middle of the file and traces of the same step names would be overwritten. Each run gets its own
-directory (`--set run.group=NEW-NAME`); `train smoke` and `train demo` add a UTC suffix themselves.
+directory (`--set run.group=NEW-NAME`); `training smoke` and `training demo` add a UTC suffix themselves.
 """
 
 from __future__ import annotations

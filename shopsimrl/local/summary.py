@@ -1,4 +1,4 @@
-"""The human summary printed at the end of `shopsimrl train demo|run`."""
+"""The human summary printed at the end of `shopsimrl training demo|run`."""
 
 from __future__ import annotations
 
