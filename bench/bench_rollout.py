@@ -18,7 +18,9 @@ episodes came out token-identical and the largest log-prob difference on them.
 
     .venv/bin/python bench/bench_rollout.py [--groups 2] [--waves 1] [--weights /tmp/ws.pt] [--json out.json]
 
-`--weights PATH` keeps the warm-started weights: loaded when the file exists, written otherwise.
+`--weights PATH` keeps the warm-started weights: loaded when the file exists, written otherwise;
+`--warm-start-steps N` caps the warm start at N supervised steps and one probe (the demo stops at
+the first probe with mixed outcomes, 10 steps on the README's machine).
 """
 
 from __future__ import annotations
@@ -58,8 +60,11 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def prepare(config_path: str, runs_root: str, weights: str | None) -> dict[str, Any]:
-    config = load_run_config(config_path, overrides={"run.runs_root": runs_root})
+def prepare(config_path: str, runs_root: str, weights: str | None, warm_steps: int | None) -> dict[str, Any]:
+    overrides: dict[str, Any] = {"run.runs_root": runs_root}
+    if warm_steps is not None:
+        overrides.update({"warm_start.max_steps": warm_steps, "warm_start.check_every": warm_steps})
+    config = load_run_config(config_path, overrides=overrides)
     model, tokenizer, load_s = load_model(config)
     catalog = generate_catalog(
         seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
@@ -76,6 +81,10 @@ def prepare(config_path: str, runs_root: str, weights: str | None) -> dict[str, 
         result = warm_start(
             model, tokenizer, generator, catalog, tasks, config.shopsim, config.warm_start,
             base_sampling_params(args), seed=config.model.seed,
+            on_step=lambda step, loss, probe: print(
+                f"warm start step {step}: loss {loss:.3f}" + ("" if probe is None else f", probe {probe}"),
+                flush=True,
+            ),
         )
         warm.update(steps=result.steps, seconds=time.perf_counter() - started)
         if weights:
@@ -158,10 +167,11 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=2, help="groups in flight per wave (demo: 2)")
     parser.add_argument("--waves", type=int, default=1)
     parser.add_argument("--weights", default=None, help="warm-started weights: load if present, else save")
+    parser.add_argument("--warm-start-steps", type=int, default=None, help="default: the config's max_steps")
     parser.add_argument("--json", default=None)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as runs_root:
-        setup = prepare(options.config, runs_root, options.weights)
+        setup = prepare(options.config, runs_root, options.weights, options.warm_start_steps)
         results: dict[str, Any] = {}
         episodes: dict[str, list[Any]] = {}
         for mode in MODES:

@@ -246,7 +246,9 @@ class BatchedLocalHFGenerator:
                 started = time.perf_counter()
                 prefill = None
                 if self._prefix_cache is not None:
-                    prefill = prefill_cached(self.model, [requests[i].input_ids for i in rows], self._prefix_cache)
+                    room = max(requests[i].params.max_new_tokens for i in rows)
+                    inputs = [requests[i].input_ids for i in rows]
+                    prefill = prefill_cached(self.model, inputs, self._prefix_cache, room)
                     if prefill is None:  # this model's cache layers cannot be cut and stacked
                         self._prefix_cache = None
                 if prefill is None:
@@ -299,14 +301,14 @@ class BatchedLocalHFGenerator:
                 for b, i in enumerate(rows):
                     if b not in keep:
                         self._prefix_cache.insert(
-                            requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b])
+                            requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b], mask.shape[1])
                         )
             if not keep:
                 return
             if len(keep) < len(rows):
                 # A finished row leaves the batch: later steps cost only the rows still going.
                 index = torch.tensor(keep, dtype=torch.long)
-                cache.batch_select_indices(index.to(device))
+                cache.reorder_cache(index.to(device))  # keeps these rows (Dynamic- and StaticCache)
                 mask = mask[index]
                 next_position = next_position[index]
                 rows = [rows[b] for b in keep]

@@ -97,7 +97,7 @@ class LocalHFGenerator:
                     # What the model has seen serves the next turn: a stop token was never fed, the
                     # last token of a turn cut at max_new_tokens was.
                     seen = (list(input_ids) + token_ids)[: cache.get_seq_length()]
-                    self._prefix_cache.insert(seen, row_layers(cache, 0, 0))
+                    self._prefix_cache.insert(seen, row_layers(cache, 0, 0, len(seen)))
         finally:
             if was_training:
                 self.model.train()
@@ -106,7 +106,7 @@ class LocalHFGenerator:
 
     def _prefill(self, input_ids: list[int], device: Any) -> tuple[Any, torch.Tensor]:
         if self._prefix_cache is not None:
-            prefill = prefill_cached(self.model, [list(input_ids)], self._prefix_cache)
+            prefill = prefill_cached(self.model, [list(input_ids)], self._prefix_cache, room=None)
             if prefill is not None:
                 return prefill.cache, prefill.logits[0]
             self._prefix_cache = None  # this model's cache layers cannot be cut: encode whole from now on
