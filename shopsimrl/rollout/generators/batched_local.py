@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.cache_utils import StaticCache
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.prefill import (
@@ -284,44 +283,36 @@ class BatchedLocalHFGenerator:
         next_position = torch.tensor(lengths, dtype=torch.long)
         pads = [mask.shape[1] - n for n in lengths]
         stop_ids = [self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))]
-        # Compacting a StaticCache copies it whole, so there finished rows wait (fed padding, their
-        # results already taken) until half the batch is done; a DynamicCache is compacted at once.
-        static = isinstance(cache, StaticCache)
-        alive = [True] * len(rows)
         while True:
+            keep: list[int] = []
             next_tokens: list[int] = []
             for b, i in enumerate(rows):
-                if not alive[b]:
-                    next_tokens.append(self._pad_id())
-                    continue
                 params = requests[i].params
                 token, log_prob = sample_token(logits[b], params, rngs[i])
                 tokens[i].append(token)
                 log_probs[i].append(log_prob)
-                next_tokens.append(token)
                 if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
                     reasons[i] = FinishReason.STOP
-                    alive[b] = False
-                elif len(tokens[i]) >= params.max_new_tokens:
-                    alive[b] = False
-                if not alive[b] and self._prefix_cache is not None:
-                    # What a finished row has seen (its last token was never fed) serves its next turn.
-                    self._prefix_cache.insert(
-                        requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b], mask.shape[1])
-                    )
-            keep = [b for b in range(len(rows)) if alive[b]]
+                elif len(tokens[i]) < params.max_new_tokens:
+                    keep.append(b)
+                    next_tokens.append(token)
+            if self._prefix_cache is not None:
+                # What a finished row has seen (its last token was never fed) serves its next turn.
+                for b, i in enumerate(rows):
+                    if b not in keep:
+                        self._prefix_cache.insert(
+                            requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b], mask.shape[1])
+                        )
             if not keep:
                 return
-            if len(keep) < len(rows) and (not static or len(keep) <= len(rows) // 2):
-                # Finished rows leave the batch: later steps cost only the rows still going.
+            if len(keep) < len(rows):
+                # A finished row leaves the batch: later steps cost only the rows still going.
                 index = torch.tensor(keep, dtype=torch.long)
                 cache.reorder_cache(index.to(device))  # keeps these rows (Dynamic- and StaticCache)
                 mask = mask[index]
                 next_position = next_position[index]
                 rows = [rows[b] for b in keep]
                 pads = [pads[b] for b in keep]
-                next_tokens = [next_tokens[b] for b in keep]
-                alive = [True] * len(keep)
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
             output = self.model(
                 input_ids=torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None],
