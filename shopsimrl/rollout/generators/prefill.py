@@ -5,9 +5,8 @@ Two ways, same result within float rounding (docs/rollout.md, "KV reuse"):
 * `prefill_padded` (no reuse): one forward over the left-padded prompts, with an attention mask
   and explicit position ids so a padded row sees exactly the positions it would see alone;
 * `prefill_cached` (prefix reuse): each row looks up the longest cached prefix of its prompt
-  (`PrefixCache`) and only the rest is encoded, all rows in one forward over their cached prefixes
-  (`_encode_suffixes`); each row's result is stored at once. A prompt identical to an earlier row's
-  (a sibling's first turn) waits for a second forward, which finds it cached. The rows'
+  (`PrefixCache`), encodes only the rest with that prefix as its `DynamicCache`, and stores the
+  result at once, so a sibling later in the same batch reuses the prompt just encoded. The rows'
   caches are then left-padded to one width and copied into one `StaticCache` with room for the
   decode steps: a `DynamicCache` grows by `torch.cat` at every step, which copies the whole batch
   cache each time (58% of a decode step of 8 rows x 1,500 tokens on SmolLM2-135M, measured with
