@@ -18,7 +18,6 @@ Two ways, same result within float rounding (docs/rollout.md, "KV reuse"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, StaticCache
@@ -26,6 +25,7 @@ from transformers.cache_utils import Cache, DynamicCache, StaticCache
 from shopsimrl.rollout.generators.prefix_cache import (
     LayerKV,
     PrefixCache,
+    build_cache,
     cache_layers,
     supports,
 )
@@ -88,27 +88,26 @@ def prefill_cached(
     `DynamicCache` (nothing is stored then)."""
     device = next(model.parameters()).device
     store.check_weights(model)
-    rows: list[list[LayerKV]] = [[] for _ in inputs]
-    logits: list[torch.Tensor] = [torch.empty(0) for _ in inputs]
+    rows: list[list[LayerKV]] = []
+    logits: list[torch.Tensor] = []
     encoded = reused_total = 0
-    # A prompt identical to an earlier one of this batch (a sibling's) waits for its cache.
-    first: dict[tuple[int, ...], int] = {}
-    waves: tuple[list[int], list[int]] = ([], [])
-    for b, ids in enumerate(inputs):
-        waves[tuple(ids) in first].append(b)
-        first.setdefault(tuple(ids), b)
-    for wave in waves:
-        if not wave:
-            continue
-        looked = [store.lookup(inputs[b]) for b in wave]
-        encoded_rows = _encode_suffixes(model, [inputs[b] for b in wave], looked, device)
-        if encoded_rows is None:
+    for ids in inputs:
+        prefix, reused = store.lookup(ids)
+        output = model(
+            input_ids=torch.tensor([ids[reused:]], dtype=torch.long, device=device),
+            position_ids=torch.arange(reused, len(ids), device=device)[None],
+            past_key_values=build_cache(prefix),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        if not supports(output.past_key_values):
             return None
-        for b, (layers, row_logits), (_, reused) in zip(wave, encoded_rows, looked, strict=True):
-            store.insert(inputs[b], layers)
-            rows[b], logits[b] = layers, row_logits
-            encoded += len(inputs[b]) - reused
-            reused_total += reused
+        layers = cache_layers(output.past_key_values)
+        store.insert(ids, layers)
+        rows.append(layers)
+        logits.append(output.logits[0, -1].float().cpu())
+        encoded += len(ids) - reused
+        reused_total += reused
     width = max(len(ids) for ids in inputs)
     mask = torch.zeros((len(inputs), width), dtype=torch.long)
     for b, ids in enumerate(inputs):
@@ -123,65 +122,12 @@ def prefill_cached(
     return Prefill(cache, mask, torch.stack(logits), encoded, reused_total)
 
 
-def _encode_suffixes(
-    model: torch.nn.Module, inputs: list[list[int]], looked: list[tuple[list[LayerKV], int]], device: Any
-) -> list[tuple[list[LayerKV], torch.Tensor]] | None:
-    """One forward for every row's uncached suffix on top of its cached prefix (one read of the
-    weights for the batch, not one per row). Columns: prefixes right-aligned in the first P, then
-    suffixes right-aligned in the last S, so every row's last token is the last column; the holes
-    are masked and position ids are each row's own. Returns each row's keys/values without the
-    holes (owned copies) and its last-position logits; None if the model's cache is not plain."""
-    reused = [r for _, r in looked]
-    lengths = [len(ids) - r for ids, r in zip(inputs, reused, strict=True)]
-    width_p, width_s = max(reused), max(lengths)
-    mask = torch.zeros((len(inputs), width_p + width_s), dtype=torch.long)
-    input_ids = torch.zeros((len(inputs), width_s), dtype=torch.long)  # id 0 in the holes (masked)
-    positions = torch.zeros((len(inputs), width_s), dtype=torch.long)
-    for b, (ids, r, n) in enumerate(zip(inputs, reused, lengths, strict=True)):
-        mask[b, width_p - r : width_p] = 1
-        mask[b, width_p + width_s - n :] = 1
-        input_ids[b, width_s - n :] = torch.tensor(ids[r:], dtype=torch.long)
-        positions[b, width_s - n :] = torch.arange(r, r + n)
-    past = None
-    if width_p > 0:
-        layers = len(next(prefix for prefix, r in looked if r > 0))
-        past = DynamicCache(
-            ddp_cache_data=[_stack([prefix[layer] if r > 0 else None for prefix, r in looked], width_p)
-                            for layer in range(layers)]
-        )
-    output = model(
-        input_ids=input_ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=positions.to(device),
-        past_key_values=past,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    if not supports(output.past_key_values):
-        return None
-    result = []
-    for b, (r, n) in enumerate(zip(reused, lengths, strict=True)):
-        layers_kv = [
-            tuple(
-                torch.cat([t[b : b + 1, :, width_p - r : width_p], t[b : b + 1, :, width_p + width_s - n :]], dim=-2)
-                for t in (keys, values)
-            )
-            for keys, values in cache_layers(output.past_key_values)
-        ]
-        result.append((layers_kv, output.logits[b, -1].float().cpu()))
-    return result
-
-
-def _stack(rows: list[LayerKV | None], width: int) -> LayerKV:
-    """One layer's keys and values of every row, left-padded with zeros (masked out) to `width`
-    (a row without any: all zeros)."""
-    first_keys, first_values = next(row for row in rows if row is not None)
+def _stack(rows: list[LayerKV], width: int) -> LayerKV:
+    """One layer's keys and values of every row, left-padded with zeros (masked out) to `width`."""
+    first_keys, first_values = rows[0]
     keys = first_keys.new_zeros((len(rows), first_keys.shape[1], width, first_keys.shape[3]))
     values = first_values.new_zeros((len(rows), first_values.shape[1], width, first_values.shape[3]))
-    for b, row in enumerate(rows):
-        if row is None:
-            continue
-        k, v = row
+    for b, (k, v) in enumerate(rows):
         keys[b, :, width - k.shape[-2] :] = k[0]
         values[b, :, width - v.shape[-2] :] = v[0]
     return keys, values
