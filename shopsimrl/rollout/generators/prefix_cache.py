@@ -24,7 +24,7 @@ Memory bound, in that order:
 3. everything is dropped when the model's weights change (a GRPO step, a loaded checkpoint): a
    cache computed with other weights is wrong, not just old. The check compares every parameter's
    storage pointer and in-place version counter, which every optimizer step and `load_state_dict`
-   bump;
+   bump (a write through `param.data` does not: call `clear()` after one);
 4. `clear()` drops everything at once.
 """
 
