@@ -9,8 +9,13 @@ numpy's linear interpolation over the N tasks.
     report = run_canary(CanarySettings(tasks=10, backend="local", out_dir="runs/canary"))
 
 Generators: `local` runs a Hugging Face model in this process (`--model DIR`, default the demo
-SmolLM2 model of the local backend); `sglang` talks to a running SGLang server (`--url`), with the
-tokenizer of the served model (`--tokenizer DIR`). Tests pass their own tokenizer and generator.
+SmolLM2 model of the local backend) through the local driver's generator,
+`BatchedLocalHFGenerator` with KV reuse; `sglang` talks to a running SGLang server (`--url`), with
+the tokenizer of the served model (`--tokenizer DIR`). Tests pass their own tokenizer and generator.
+
+The N tasks run as concurrent episodes, so their turns are decoded as batches (and, locally, share
+the encoded system prompt); a task's phase times therefore include waiting for its batch. `echo`
+reports progress: the model load, then `canary: k/N tasks done` as each episode ends.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -178,7 +184,9 @@ def _local_model(settings: CanarySettings) -> tuple[Any, Any]:
     return AutoTokenizer.from_pretrained(settings.model), AutoModelForCausalLM.from_pretrained(settings.model)
 
 
-def build_generator(settings: CanarySettings, options: ShopSimOptions) -> tuple[Any, Any]:
+def build_generator(
+    settings: CanarySettings, options: ShopSimOptions, echo: Callable[[str], None] | None = None
+) -> tuple[Any, Any]:
     """(tokenizer, generator) for the configured backend."""
     if settings.backend == "sglang":
         from transformers import AutoTokenizer
@@ -187,10 +195,15 @@ def build_generator(settings: CanarySettings, options: ShopSimOptions) -> tuple[
 
         tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer or settings.model)
         return tokenizer, SGLangGenerator(settings.url, timeout_s=options.sglang_timeout_s)
-    from shopsimrl.rollout.generators import LocalHFGenerator
+    from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 
+    if echo is not None:
+        echo(f"canary: loading {settings.model or 'the demo model (SmolLM2-135M-Instruct)'} ...")
+    started = time.perf_counter()
     tokenizer, model = _local_model(settings)
-    return tokenizer, LocalHFGenerator(model, tokenizer, seed=settings.seed)
+    if echo is not None:
+        echo(f"canary: model loaded in {time.perf_counter() - started:.1f}s")
+    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=settings.seed)
 
 
 def run_canary(
@@ -199,8 +212,11 @@ def run_canary(
     tokenizer: Any = None,
     generator: Any = None,
     options: ShopSimOptions | None = None,
+    echo: Callable[[str], None] | None = print,
 ) -> CanaryReport:
-    """Run the canary and write `<out_dir>/canary_report.json` atomically. Raises ConfigError on bad settings."""
+    """Run the canary and write `<out_dir>/canary_report.json` atomically. Raises ConfigError on bad settings.
+
+    `echo` gets one progress line per step (None: silent)."""
     from shopsimrl.rollout.agent import run_trajectory
     from shopsimrl.shop import generate_catalog, load_split
     from shopsimrl.storage import atomic_write_json
@@ -211,7 +227,7 @@ def run_canary(
     out_dir = Path(settings.out_dir)
     options = options or ShopSimOptions(run_dir=str(out_dir))
     if generator is None:
-        tokenizer, generator = build_generator(settings, options)
+        tokenizer, generator = build_generator(settings, options, echo)
     catalog = generate_catalog(seed=options.catalog.seed, num_products=options.catalog.num_products)
     tasks = load_split(catalog, settings.split, limit=settings.tasks)
     if len(tasks) < settings.tasks:
@@ -221,21 +237,35 @@ def run_canary(
         )
     sampling = {"temperature": settings.temperature, "top_p": 1.0, "sampling_seed": settings.seed}
 
-    async def _all() -> list[Any]:
-        return [
-            await run_trajectory(
-                task=task,
-                catalog=catalog,
-                tokenizer=tokenizer,
-                generator=generator,
-                options=options,
-                skill_texts=[],
-                sampling_params=dict(sampling),
-                env_seed=settings.seed + i,
-            )
-            for i, task in enumerate(tasks)
-        ]
+    done = 0
 
+    async def _one(i: int, task: Any) -> Any:
+        nonlocal done
+        trajectory = await run_trajectory(
+            task=task,
+            catalog=catalog,
+            tokenizer=tokenizer,
+            generator=generator,
+            options=options,
+            skill_texts=[],
+            sampling_params=dict(sampling),
+            env_seed=settings.seed + i,
+        )
+        done += 1
+        if echo is not None:
+            reward = trajectory.outcome.reward
+            echo(
+                f"canary: {done}/{len(tasks)} tasks done ({trajectory.task_id}: "
+                f"{'no reward' if reward is None else f'reward {reward:.3f}'}, {trajectory.num_turns} turns, "
+                f"{time.perf_counter() - started:.1f}s)"
+            )
+        return trajectory
+
+    async def _all() -> list[Any]:
+        return list(await asyncio.gather(*(_one(i, task) for i, task in enumerate(tasks))))
+
+    if echo is not None:
+        echo(f"canary: running {len(tasks)} tasks of split {settings.split!r} concurrently")
     started = time.perf_counter()
     trajectories = asyncio.run(_all())
     results = [judge(t, out_dir) for t in trajectories]

@@ -11,7 +11,7 @@ from shopsimrl.config import ShopSimOptions
 from shopsimrl.errors import ConfigError
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.ops.canary import PHASES, CanarySettings, percentiles, render_canary, run_canary
-from shopsimrl.rollout.generators import LocalHFGenerator, SGLangGenerator
+from shopsimrl.rollout.generators import BatchedLocalHFGenerator, SGLangGenerator
 
 
 def _options(tmp_path) -> ShopSimOptions:
@@ -21,9 +21,16 @@ def _options(tmp_path) -> ShopSimOptions:
 
 def test_tiny_model_canary_passes_and_writes_the_report(tmp_path):
     tokenizer = tiny_tokenizer()
-    generator = LocalHFGenerator(tiny_model(tokenizer, seed=0), tokenizer, seed=0)
+    generator = BatchedLocalHFGenerator(tiny_model(tokenizer, seed=0), tokenizer, seed=0)
     settings = CanarySettings(tasks=3, out_dir=str(tmp_path / "canary"))
-    report = run_canary(settings, tokenizer=tokenizer, generator=generator, options=_options(tmp_path))
+    lines: list[str] = []
+    report = run_canary(
+        settings, tokenizer=tokenizer, generator=generator, options=_options(tmp_path), echo=lines.append
+    )
+    # The three episodes ran concurrently (one batch per turn) and progress was reported per task.
+    assert generator.stats.largest == 3
+    assert lines[0] == "canary: running 3 tasks of split 'test' concurrently"
+    assert [line.split(" (")[0] for line in lines[1:]] == [f"canary: {k}/3 tasks done" for k in (1, 2, 3)]
     assert report.passed, render_canary(report)
     on_disk = json.loads((tmp_path / "canary" / "canary_report.json").read_text())
     assert on_disk["schema_version"] == 1 and on_disk["passed"] is True and on_disk["failed_tasks"] == []

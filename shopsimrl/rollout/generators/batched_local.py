@@ -4,8 +4,13 @@ The local backend runs the n sibling episodes of a group (and the groups of a wa
 asyncio tasks. `LocalHFGenerator` serves them one sequence at a time; this generator queues their
 requests and, once the event loop has let every runnable episode submit, decodes them together:
 
-* one prefill over the left-padded prompts (attention mask, explicit position ids, so a padded row
-  sees exactly the positions it would see alone), then one decode step per token with the KV cache;
+* a prefill of the prompts, then one decode step per token for the whole batch with the KV cache.
+  With KV reuse (`prefix_cache=True`, the default) each prompt encodes only what the
+  `PrefixCache` does not hold already: an episode's next turn reuses its previous turn, a sibling
+  reuses the group's shared prompt, and every finished row is stored for its next turn
+  (prefix_cache.py says how memory stays bounded). With `prefix_cache=False` (the path before KV
+  reuse, kept for bench/bench_rollout.py) one forward encodes the left-padded prompts whole
+  (prefill.py);
 * every row samples with its own parameters and its own random stream and stops on its own
   (eos, `<|im_end|>`, its `stop_token_ids`, its stop strings, its `max_new_tokens`); a finished row
   is dropped from the batch and its cache rows with it;
@@ -22,7 +27,9 @@ the one SGLang reports by default.
 Random streams: a request with `sampling_seed` uses a generator seeded with it (as
 `LocalHFGenerator` does); any other request gets a row seed drawn from the generator's own stream
 (seeded by `seed`) in arrival order, so the same seed and the same calls give the same tokens.
-Greedy rows agree with `LocalHFGenerator` token for token (padding changes float rounding only).
+Greedy rows agree with `LocalHFGenerator` token for token (padding changes float rounding only),
+and the cached path agrees with the uncached one: same tokens, log-probs within 1e-4 in float32
+(tests/rollout/test_rollout_cached_generator.py).
 
 A batch runs synchronously inside the event loop, as `LocalHFGenerator` does; an exception raised
 while it runs is delivered to every caller of that batch. One queue per event loop, so a worker
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +50,14 @@ from typing import Any
 import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
+from shopsimrl.rollout.generators.prefill import (
+    GenerationProfile,
+    Prefill,
+    prefill_cached,
+    prefill_padded,
+    row_layers,
+)
+from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
 _ROW_SEED_BOUND = 2**62  # row seeds drawn from the generator's stream lie in [0, 2**62)
@@ -82,6 +98,8 @@ class BatchedLocalHFGenerator:
         stop_token_ids: list[int] | None = None,
         max_batch: int = 16,
         settle_rounds: int = 2,
+        prefix_cache: bool = True,
+        cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
@@ -99,10 +117,28 @@ class BatchedLocalHFGenerator:
         self._queues_lock = threading.Lock()
         self._model_lock = threading.Lock()
         self._stats = BatchStats()
+        self._profile = GenerationProfile()
+        self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
 
     @property
     def stats(self) -> BatchStats:
         return self._stats
+
+    @property
+    def profile(self) -> GenerationProfile:
+        """Prefill vs decode time and tokens so far (bench/bench_rollout.py reports them)."""
+        return self._profile
+
+    @property
+    def cache_stats(self) -> PrefixCacheStats | None:
+        """The prefix cache's counters; None when KV reuse is off (or the model cannot use it)."""
+        return None if self._prefix_cache is None else self._prefix_cache.stats
+
+    def clear_cache(self) -> None:
+        """Free every stored KV cache now (they are also dropped when the weights change)."""
+        with self._model_lock:
+            if self._prefix_cache is not None:
+                self._prefix_cache.clear()
 
     async def generate(self, input_ids: list[int], sampling_params: dict[str, Any]) -> GenerationResult:
         request = _request(input_ids, sampling_params)  # a bad request fails its own caller only
@@ -203,68 +239,90 @@ class BatchedLocalHFGenerator:
         reasons: list[FinishReason],
     ) -> None:
         """Fill `tokens`, `log_probs` and `reasons` of the requests listed in `rows`."""
-        device = next(self.model.parameters()).device
-        lengths = [len(requests[i].input_ids) for i in rows]
-        width = max(lengths)
-        pad_id = self._pad_id()
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, i in enumerate(rows):
-            input_ids[b, width - lengths[b] :] = torch.tensor(requests[i].input_ids, dtype=torch.long)
-            mask[b, width - lengths[b] :] = 1
-        # Left padding: a row's first real token must sit at position 0, as it would alone.
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-        next_position = torch.tensor(lengths, dtype=torch.long)
-        stop_ids = [
-            self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))
-        ]
         was_training = self.model.training
         self.model.eval()  # dropout off while sampling; restored below
         try:
             with torch.inference_mode():
-                output = self.model(
-                    input_ids=input_ids.to(device),
-                    attention_mask=mask.to(device),
-                    position_ids=positions.to(device),
-                    use_cache=True,
-                    logits_to_keep=1,
+                started = time.perf_counter()
+                prefill = None
+                if self._prefix_cache is not None:
+                    room = max(requests[i].params.max_new_tokens for i in rows)
+                    inputs = [requests[i].input_ids for i in rows]
+                    prefill = prefill_cached(self.model, inputs, self._prefix_cache, room)
+                    if prefill is None:  # this model's cache layers cannot be cut and stacked
+                        self._prefix_cache = None
+                if prefill is None:
+                    prefill = prefill_padded(self.model, [requests[i].input_ids for i in rows], self._pad_id())
+                prefill_s = time.perf_counter() - started
+                self._decode_steps(requests, rows, rngs, tokens, log_probs, reasons, prefill)
+                self._profile = self._profile.add(
+                    prefill_s=prefill_s,
+                    decode_s=time.perf_counter() - started - prefill_s,
+                    prefill_tokens=prefill.encoded_tokens,
+                    reused_tokens=prefill.reused_tokens,
+                    decode_tokens=sum(len(tokens[i]) for i in rows),
                 )
-                cache = output.past_key_values
-                while True:
-                    logits = output.logits[:, -1].float().cpu()
-                    keep: list[int] = []
-                    next_tokens: list[int] = []
-                    for b, i in enumerate(rows):
-                        params = requests[i].params
-                        token, log_prob = sample_token(logits[b], params, rngs[i])
-                        tokens[i].append(token)
-                        log_probs[i].append(log_prob)
-                        if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
-                            reasons[i] = FinishReason.STOP
-                        elif len(tokens[i]) < params.max_new_tokens:
-                            keep.append(b)
-                            next_tokens.append(token)
-                    if not keep:
-                        return
-                    if len(keep) < len(rows):
-                        # A finished row leaves the batch: later steps cost only the rows still going.
-                        index = torch.tensor(keep, dtype=torch.long)
-                        cache.batch_select_indices(index.to(device))
-                        mask = mask[index]
-                        next_position = next_position[index]
-                        rows = [rows[b] for b in keep]
-                    mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
-                    output = self.model(
-                        input_ids=torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None],
-                        attention_mask=mask.to(device),
-                        position_ids=next_position[:, None].to(device),
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
-                    next_position = next_position + 1
         finally:
             if was_training:
                 self.model.train()
+
+    def _decode_steps(
+        self,
+        requests: Sequence[_Request],
+        rows: list[int],
+        rngs: list[torch.Generator],
+        tokens: list[list[int]],
+        log_probs: list[list[float]],
+        reasons: list[FinishReason],
+        prefill: Prefill,
+    ) -> None:
+        """One decode step per token on the prefilled batch; finished rows leave it (and are stored)."""
+        device = next(self.model.parameters()).device
+        cache, mask, logits = prefill.cache, prefill.mask, prefill.logits
+        lengths = [len(requests[i].input_ids) for i in rows]
+        next_position = torch.tensor(lengths, dtype=torch.long)
+        pads = [mask.shape[1] - n for n in lengths]
+        stop_ids = [self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))]
+        while True:
+            keep: list[int] = []
+            next_tokens: list[int] = []
+            for b, i in enumerate(rows):
+                params = requests[i].params
+                token, log_prob = sample_token(logits[b], params, rngs[i])
+                tokens[i].append(token)
+                log_probs[i].append(log_prob)
+                if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
+                    reasons[i] = FinishReason.STOP
+                elif len(tokens[i]) < params.max_new_tokens:
+                    keep.append(b)
+                    next_tokens.append(token)
+            if self._prefix_cache is not None:
+                # What a finished row has seen (its last token was never fed) serves its next turn.
+                for b, i in enumerate(rows):
+                    if b not in keep:
+                        self._prefix_cache.insert(
+                            requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b], mask.shape[1])
+                        )
+            if not keep:
+                return
+            if len(keep) < len(rows):
+                # A finished row leaves the batch: later steps cost only the rows still going.
+                index = torch.tensor(keep, dtype=torch.long)
+                cache.reorder_cache(index.to(device))  # keeps these rows (Dynamic- and StaticCache)
+                mask = mask[index]
+                next_position = next_position[index]
+                rows = [rows[b] for b in keep]
+                pads = [pads[b] for b in keep]
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
+            output = self.model(
+                input_ids=torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None],
+                attention_mask=mask.to(device),
+                position_ids=next_position[:, None].to(device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = output.logits[:, -1].float().cpu()
+            next_position = next_position + 1
 
     def _pad_id(self) -> int:
         # Padded positions are masked out, so any valid id will do.
