@@ -54,6 +54,7 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     Example: python -m shopsimrl.cli training round configs/local/demo_round.yaml --wandb
     """
     from shopsimrl.analyst.sidecar import CardsLockedError
+    from shopsimrl.local.progress import ProgressPrinter
     from shopsimrl.analyst.stage import AnalysisError
     from shopsimrl.gate.runner import GateAborted
     from shopsimrl.models.checkpoint import CheckpointError
@@ -66,7 +67,11 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     try:
         config = load_round_config(config_path, _parse_sets(sets))
         settings = _round_group(config.group, wandb_settings)
-        result = run_round(config, settings=settings, echo=click.echo)
+        printer = ProgressPrinter(config.train_config(), enabled=True)
+        try:
+            result = run_round(config, settings=settings, echo=click.echo, on_train_event=printer.on_event)
+        finally:
+            printer.close()
     except (ConfigError, RoundError, CheckpointError, StartupError, StorageError, ModelUnavailableError,
             AnalysisError, CardsLockedError) as exc:
         raise click.ClickException(str(exc)) from None
