@@ -54,9 +54,9 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     Example: python -m shopsimrl.cli training round configs/local/demo_round.yaml --wandb
     """
     from shopsimrl.analyst.sidecar import CardsLockedError
-    from shopsimrl.local.progress import ProgressPrinter
     from shopsimrl.analyst.stage import AnalysisError
     from shopsimrl.gate.runner import GateAborted
+    from shopsimrl.local.progress import ProgressPrinter
     from shopsimrl.models.checkpoint import CheckpointError
     from shopsimrl.models.smollm2 import ModelUnavailableError
     from shopsimrl.round.config import load_round_config
