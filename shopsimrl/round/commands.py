@@ -69,7 +69,8 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
         settings = _round_group(config.group, wandb_settings)
         printer = ProgressPrinter(config.train_config(), enabled=True)
         try:
-            result = run_round(config, settings=settings, echo=click.echo, on_train_event=printer.on_event)
+            result = run_round(config, settings=settings, echo=click.echo, on_train_event=printer.on_event,
+                               progress=True)
         finally:
             printer.close()
     except (ConfigError, RoundError, CheckpointError, StartupError, StorageError, ModelUnavailableError,

@@ -47,6 +47,7 @@ def run_round(
     settings: WandbSettings,
     echo: Echo = print,
     on_train_event: Callable[[str, dict[str, Any]], None] | None = None,
+    progress: bool = False,
 ) -> RoundResult:
     """Run (or resume) the round; raises RoundError / CheckpointError / ConfigError naming the path."""
     settings = replace(settings, group=config.group)  # one group per round, whatever the environment said
@@ -111,7 +112,7 @@ def run_round(
         state.start("gate")
         state.save()
         echo(f"round {config.group}: stage 3/3 gate -> {gate_config.gate_dir}")
-        gate = run_gate(gate_config, settings=settings, echo=echo, progress=False)
+        gate = run_gate(gate_config, settings=settings, echo=echo, progress=progress)
         gate_lines = gate.lines
         state.finish("gate", outputs={
             "contributions": str(gate.gate_dir / "contributions.json"),
