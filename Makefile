@@ -31,12 +31,14 @@ COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(w
 GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
 # The Analyst's config; its run.group is the round (the shipped one: the local demo round).
 ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
+# The round's config (RUNNER=local): round.group names the round, its directories and its W&B group.
+ROUND_CONFIG ?= configs/local/round.yaml
 export WANDB_GROUP
 
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate wandb-sync report behavior \
+.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate round wandb-sync report behavior \
 	canary shell \
 	images pin-images
 
@@ -62,8 +64,8 @@ test-slow: setup ## Run the slow end-to-end tests only
 lint: setup ## Static checks: ruff, hadolint, shellcheck, bash -n, compose.yaml schema
 	$(PY) -m ruff check shopsimrl tests bench scripts && bash scripts/lint_static.sh $(VENV)
 
-demo: setup ## One CPU training round on the demo model (local, W&B offline)
-	$(SHOPSIMRL) train demo
+demo: setup ## A whole round on the demo model: train -> analyze -> gate -> next round (CPU, W&B offline)
+	WANDB_GROUP= $(SHOPSIMRL) training round configs/local/demo_round.yaml --wandb
 
 preflight: setup ## Check W&B, scripts, configs, Docker, images, GPUs, volumes, disk [docker|local]
 	$(SHOPSIMRL) preflight --runner $(RUNNER)
@@ -82,6 +84,10 @@ analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool,
 
 gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
 	$(call by_runner,gate,training online-gate $(GATE_CONFIG))
+
+# RUNNER=docker: the three stages' compose services in order (each resumes itself; no round_state.json).
+round: ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
+	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm train && $(COMPOSE) run --rm analyze && $(COMPOSE) run --rm gate,$(SHOPSIMRL) training round $(ROUND_CONFIG))
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

@@ -84,6 +84,7 @@ def train() -> None:
 
 
 train.add_command(__import__("shopsimrl.gate.commands", fromlist=["online_gate"]).online_gate)
+train.add_command(__import__("shopsimrl.round.commands", fromlist=["round_command"]).round_command)
 
 
 @train.command("demo")

@@ -26,7 +26,7 @@ def listed_targets() -> list[str]:
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
     assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
-                                "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "behavior", "canary",
+                                "train-smoke", "train", "analyze", "gate", "round", "wandb-sync", "report", "behavior", "canary",
                                 "shell", "images", "pin-images"]
 
 
@@ -44,7 +44,10 @@ def _last_line(*args: str) -> str:
 
 def test_fixed_cli_commands_on_the_local_runner():
     cli = ".venv/bin/python -m shopsimrl.cli"
-    assert _last_line("demo") == f"{cli} train demo"
+    assert _last_line("demo") == f"WANDB_GROUP= {cli} training round configs/local/demo_round.yaml --wandb"
+    assert _last_line("round", "RUNNER=local") == f"{cli} training round configs/local/round.yaml"
+    assert _last_line("round", "RUNNER=local", "ROUND_CONFIG=runs/g-round-000/next_round.yaml") == (
+        f"{cli} training round runs/g-round-000/next_round.yaml")
     assert _last_line("train-smoke", "RUNNER=local") == f"{cli} train smoke --config configs/local/smoke.yaml"
     assert _last_line("train", "RUNNER=local") == f"{cli} train run --config configs/local/train.yaml"
     assert _last_line("wandb-sync", "RUNNER=local") == f"{cli} wandb sync wandb"
@@ -63,6 +66,9 @@ def test_docker_runner_runs_the_compose_service():
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"
+    # The GPU round: the three stages' services in order, each stopping the chain when it fails.
+    services = [part.split(" run --rm ")[1] for part in _last_line("round").split(" && ")]
+    assert services == ["train", "analyze", "gate"]
     assert _last_line("shell").endswith("run --rm train bash")
 
 

@@ -1,0 +1,56 @@
+"""The closing summary of `shopsimrl training round`: each stage's numbers side by side, where every
+file and W&B run is, and the command that starts the next round (from the local files only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.round.config import RoundConfig
+from shopsimrl.round.report import training_curve
+from shopsimrl.round.runner import RoundResult
+from shopsimrl.round.state import STAGES
+
+
+def round_summary(config: RoundConfig, result: RoundResult) -> str:
+    round_dir = result.round_dir
+    lines = ["", f"=== ShopSimRL round {config.group}: summary ==="]
+    curve = training_curve(round_dir / "train" / "metrics.jsonl")
+    steps = " | ".join(
+        f"step {row['step']}: reward {row['reward_mean']:.3f}, success "
+        + (f"{row['success_rate']:.3f}" if "success_rate" in row else "n/a")
+        for row in curve
+    )
+    counts = _json(round_dir / "analysis" / "analysis_summary.json").get("metrics", {})
+    gate = _json(round_dir / "gate" / "contributions.json")
+    effects = gate["estimates"][gate["decided_on"]]["effects"] if gate else []
+    selected = [e["intervention_id"] for e in effects if e["status"] == "selected"]
+    verdicts = ", ".join(f"{e['intervention_id']}={e['status']}" for e in effects) or "no candidate to test"
+    numbers = {
+        "train": steps or "no rollout row in metrics.jsonl",
+        "analysis": ", ".join(f"{k.removeprefix('analysis/')}={v}" for k, v in counts.items()),
+        "gate": (f"{gate['summary']['finished']}/{gate['summary']['planned']} evaluations; {verdicts}; "
+                 f"selected: {', '.join(selected) or 'none'}") if gate else "no contributions.json",  # fmt: skip
+    }
+    for stage in STAGES:
+        how = "ran now" if stage in result.ran else "finished before"
+        lines.append(f"{stage:<9} ({how:<15}) {numbers[stage]}")
+    lines += result.gate_lines[1:]  # the gate's own reasons, when it ran in this call
+    lines.append(f"files:       {round_dir}/{{train,analysis,gate}}/, checkpoint {result.next_round.checkpoint}")
+    for stage in STAGES:
+        run_file = _json(round_dir / stage / "wandb_status.json").get("run_file")
+        if run_file:
+            lines.append(f"W&B {stage:<8} {run_file}\n  inspect:   shopsimrl wandb inspect {run_file}")
+    if any(_json(round_dir / s / "wandb_status.json").get("run_file") for s in STAGES):
+        lines.append(f"  upload:    make wandb-sync   (all three runs are in group {config.group})")
+    else:
+        lines.append("W&B: off (USE_WANDB=0); the local files are the full record")
+    lines.append(f"report:      {result.report}")
+    lines.append(f"next round:  {result.next_round.manifest_path} (skillbank {result.next_round.skillbank})")
+    lines.append(f"start it:    {result.next_round.command}")
+    return "\n".join(lines)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,73 @@
+"""The shipped round configs validate, each stage's config follows from `round:`, and the next group's name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from round_helpers import ROOT
+
+from shopsimrl.errors import ConfigError
+from shopsimrl.round import load_round_config, next_group
+
+SHIPPED = sorted((ROOT / "configs" / "local").glob("*round*.yaml"))
+
+
+def test_the_round_configs_are_shipped():
+    assert [p.name for p in SHIPPED] == ["demo_round.yaml", "round.yaml"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_round_config_derives_three_stage_configs_from_one_group(path: Path):
+    config = load_round_config(path)
+    train = config.train_config()
+    analysis = config.analysis_config("checkpoints/x/rollout-0001")
+    gate = config.gate_config("checkpoints/x/rollout-0001")
+    assert train.run.group == analysis.run.group == gate.round == config.group
+    assert train.stage_dir == analysis.train_dir == Path(config.round.runs_root) / config.group / "train"
+    assert gate.gate_dir == train.stage_dir.parent / "gate"
+    assert train.driver.save_interval is not None  # the gate's fixed checkpoint is always saved
+    assert analysis.trial.model == gate.inputs.checkpoint == "checkpoints/x/rollout-0001"
+    assert analysis.shopsim_config == str(train.stage_dir.parent / "train_config.yaml")
+    assert gate.inputs.skillbank == train.shopsim.skillbank
+    assert gate.inputs.candidate_pool == str(train.stage_dir.parent / "analysis" / "candidate_pool.json")
+    assert (gate.catalog.seed, gate.catalog.num_products) == (train.shopsim.catalog.seed, train.shopsim.catalog.num_products)
+    assert gate.episode.tool_call_format == train.shopsim.tool_call_format
+    assert gate.design.tasks * gate.design.replicates >= 20  # the fewest the estimator decides on
+
+
+def test_the_demo_round_is_the_demo_training():
+    """`make demo` moved onto the round: its training section is configs/local/demo.yaml's."""
+    from shopsimrl.local.config import load_run_config
+
+    demo = load_run_config(ROOT / "configs" / "local" / "demo.yaml").model_dump(exclude={"run", "shopsim"})
+    round_train = load_round_config(ROOT / "configs" / "local" / "demo_round.yaml").train_config()
+    assert round_train.model_dump(exclude={"run", "shopsim"}) == {**demo, "driver": {**demo["driver"], "save_interval": 2}}
+    assert round_train.run.group == "local-demo-round-000"
+
+
+def test_overrides_apply_before_validation(tmp_path: Path):
+    path = ROOT / "configs" / "local" / "demo_round.yaml"
+    config = load_round_config(path, {"train.driver.num_rollout": 1, "gate.design.tasks": 25})
+    assert config.train_config().driver.num_rollout == 1
+    assert config.gate_config("c").design.tasks == 25
+    with pytest.raises(ConfigError) as excinfo:
+        load_round_config(path, {"round.group": "x"})
+    assert excinfo.value.source == str(path) and excinfo.value.problems[0].startswith("round.group: String should")
+    with pytest.raises(ConfigError) as excinfo:
+        load_round_config(tmp_path / "none.yaml")
+    assert excinfo.value.problems == ["file not found"]
+
+
+@pytest.mark.parametrize(("group", "expected"), [
+    ("qwen35-4b-round-000", "qwen35-4b-round-001"),
+    ("local-demo-round-009", "local-demo-round-010"),
+    ("a-round-999", "a-round-1000"),
+])  # fmt: skip
+def test_next_group(group: str, expected: str):
+    assert next_group(group) == expected
+
+
+def test_a_group_without_a_round_number_has_no_next():
+    with pytest.raises(ValueError, match="does not end in -round-NNN"):
+        next_group("qwen35-4b")
