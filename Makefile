@@ -74,10 +74,10 @@ convert: ## HF -> Megatron torch_dist for --ref-load, once per model (slime's co
 	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm convert,@echo "convert: not needed with RUNNER=local (the CPU backend loads HF models)")
 
 train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [docker: slime|local: CPU]
-	$(call by_runner,train-smoke,train smoke --config configs/local/smoke.yaml)
+	$(call by_runner,train-smoke,training smoke --config configs/local/smoke.yaml)
 
 train: ## A formal training round [docker: slime|local: CPU]
-	$(call by_runner,train,train run --config configs/local/train.yaml)
+	$(call by_runner,train,training run --config configs/local/train.yaml)
 
 analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool, W&B once [docker|local]
 	$(call by_runner,analyze,training analyze $(ANALYZE_CONFIG) --wandb)

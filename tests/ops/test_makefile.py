@@ -48,8 +48,8 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("round", "RUNNER=local") == f"{cli} training round configs/local/round.yaml"
     assert _last_line("round", "RUNNER=local", "ROUND_CONFIG=runs/g-round-000/next_round.yaml") == (
         f"{cli} training round runs/g-round-000/next_round.yaml")
-    assert _last_line("train-smoke", "RUNNER=local") == f"{cli} train smoke --config configs/local/smoke.yaml"
-    assert _last_line("train", "RUNNER=local") == f"{cli} train run --config configs/local/train.yaml"
+    assert _last_line("train-smoke", "RUNNER=local") == f"{cli} training smoke --config configs/local/smoke.yaml"
+    assert _last_line("train", "RUNNER=local") == f"{cli} training run --config configs/local/train.yaml"
     assert _last_line("wandb-sync", "RUNNER=local") == f"{cli} wandb sync wandb"
     assert _last_line("wandb-sync", "RUNNER=local", "WANDB_DIR=/data/wandb") == f"{cli} wandb sync /data/wandb"
     assert _last_line("report", "RUNNER=local", "WANDB_GROUP=g1") == f"{cli} wandb export --group g1"
