@@ -6,20 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError
 from shopsimrl.tracking.settings import wandb_options
-
-
-def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. design.tasks=8)", param_hint="--set")
-        overrides[key] = yaml.safe_load(raw)
-    return overrides
 
 
 @click.command("online-gate")
@@ -43,7 +33,7 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
     from shopsimrl.models.smollm2 import ModelUnavailableError
 
     try:
-        config = load_gate_config(config_path, _parse_sets(sets))
+        config = load_gate_config(config_path, parse_sets(sets, example="design.tasks=8"))
         result = run_gate(config, settings=wandb_settings, echo=click.echo, progress=not no_progress)
     except (ConfigError, ModelUnavailableError) as exc:
         raise click.ClickException(str(exc)) from None

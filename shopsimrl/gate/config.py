@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.shop.tasks import MAX_HELD_OUT
 
@@ -133,22 +134,11 @@ def load_gate_config(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     if not isinstance(raw, dict):
         raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
     for key, value in (overrides or {}).items():
-        _set_dotted(raw, key, value, source)
+        set_dotted(raw, key, value, source)
     try:
         return GateConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(source, [_problem(error) for error in exc.errors()]) from None
-
-
-def _set_dotted(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
-    parts = key.split(".")
-    target = raw
-    for part in parts[:-1]:
-        child = target.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(source, [f"--set {key}: {part} is not a mapping"])
-        target = child
-    target[parts[-1]] = value
 
 
 def _problem(error: Any) -> str:

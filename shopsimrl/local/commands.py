@@ -10,28 +10,18 @@ from typing import Any
 
 import click
 
-from shopsimrl.config.files import parse_yaml
+from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError, StartupError, StorageError
 
 DEFAULT_DEMO_CONFIG = Path("configs/local/demo.yaml")
 DEFAULT_SMOKE_CONFIG = Path("configs/local/smoke.yaml")
 
 
-def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. model.name=tiny)", param_hint="--set")
-        overrides[key] = parse_yaml(raw, f"--set {item}")
-    return overrides
-
-
 def _load(config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None = None) -> Any:
     from shopsimrl.local.config import load_run_config
 
     try:
-        return load_run_config(config_path, {**(extra or {}), **_parse_sets(sets)})
+        return load_run_config(config_path, {**(extra or {}), **parse_sets(sets, example="model.name=tiny")})
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except FileNotFoundError:

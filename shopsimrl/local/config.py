@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shopsimrl.config.files import load_yaml_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
+from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 
 CONFIG_SCHEMA_VERSION = 1
@@ -206,20 +207,8 @@ def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | No
     """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
     raw = load_yaml_file(path)
     for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value, str(path))
+        set_dotted(raw, dotted, value, str(path))
     return run_config_from_mapping(raw, str(path))
-
-
-def _set_dotted(raw: Any, dotted: str, value: Any, source: str) -> None:
-    node = raw
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node, dict):
-            raise ConfigError(source, [f"override {dotted}: {part!r} is not a section"])
-        node = node.setdefault(part, {})
-    if not isinstance(node, dict):
-        raise ConfigError(source, [f"override {dotted}: not inside a section"])
-    node[parts[-1]] = value
 
 
 def _problem(item: Any) -> str:

@@ -4,24 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
+from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError, StartupError, StorageError
 from shopsimrl.tracking.settings import WandbSettings, wandb_options
-
-
-def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
-    from shopsimrl.config.files import parse_yaml
-
-    overrides: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. train.driver.num_rollout=1)", param_hint="--set")
-        overrides[key] = parse_yaml(raw, f"--set {item}")
-    return overrides
 
 
 def _round_group(group: str, settings: WandbSettings) -> WandbSettings:
@@ -65,7 +53,7 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     from shopsimrl.round.summary import round_summary
 
     try:
-        config = load_round_config(config_path, _parse_sets(sets))
+        config = load_round_config(config_path, parse_sets(sets, example="train.driver.num_rollout=1"))
         settings = _round_group(config.group, wandb_settings)
         printer = ProgressPrinter(config.train_config(), enabled=True)
         try:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from shopsimrl.analyst.config import AnalysisConfig, analysis_config_from_mapping
 from shopsimrl.config.files import load_yaml_file
+from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import GateConfig
 from shopsimrl.local.config import RunConfig, RunMode, run_config_from_mapping
@@ -182,7 +183,7 @@ def load_round_config(path: str | os.PathLike[str], overrides: dict[str, Any] | 
     if not isinstance(raw, dict):
         raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
     for key, value in (overrides or {}).items():
-        _set_dotted(raw, key, value, source)
+        set_dotted(raw, key, value, source)
     return round_config_from_mapping(raw, source)
 
 
@@ -202,17 +203,6 @@ def _has(mapping: dict[str, Any], dotted: str) -> bool:
             return False
         target = target[part]
     return True
-
-
-def _set_dotted(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
-    parts = key.split(".")
-    target = raw
-    for part in parts[:-1]:
-        child = target.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(source, [f"--set {key}: {part} is not a mapping"])
-        target = child
-    target[parts[-1]] = value
 
 
 def _problem(error: Any, prefix: str) -> str:
