@@ -123,6 +123,11 @@ class ModelConfig(_Strict):
     name: ModelName = ModelName.TINY
     seed: int = 0
     cache_dir: str = ".cache/models"
+    checkpoint: str | None = Field(
+        None,
+        description="a checkpoint the local backend saved (e.g. the previous round's final one): its "
+        "weights and tokenizer replace `name`'s, after its hash is verified",
+    )
     trainable_top_layers: int | None = Field(
         None,
         ge=1,

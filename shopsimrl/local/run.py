@@ -23,7 +23,7 @@ from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.metrics.alerts import AlertConfig
 from shopsimrl.metrics.live_alerts import LiveAlerts
-from shopsimrl.models.checkpoint import CheckpointInfo, checkpoint_dir_name, save_checkpoint
+from shopsimrl.models.checkpoint import CheckpointInfo, checkpoint_dir_name, load_checkpoint, save_checkpoint
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
@@ -49,7 +49,9 @@ class RunResult:
 
 def load_model(config: RunConfig) -> tuple[Any, Any, float]:
     start = time.perf_counter()
-    if config.model.name is ModelName.TINY:
+    if config.model.checkpoint is not None:
+        model, tokenizer = load_checkpoint(config.model.checkpoint)  # verified against its hash first
+    elif config.model.name is ModelName.TINY:
         from shopsimrl.models import tiny_model, tiny_tokenizer
 
         tokenizer = tiny_tokenizer()

@@ -19,6 +19,7 @@ from typing import Any
 
 from shopsimrl.errors import StartupError
 from shopsimrl.local.config import RunConfig
+from shopsimrl.models.checkpoint import CheckpointError, verify_checkpoint
 from shopsimrl.ops.failure_record import FAILURES_DIR
 from shopsimrl.shop import Catalog, ExpertPolicy, ShopEnv, Task
 from shopsimrl.storage import writable_dir_problem
@@ -99,5 +100,10 @@ def check_startup(config: RunConfig, settings: WandbSettings, catalog: Catalog, 
         problems += wandb_dir_problems(settings)
     problems += warm_start_problems(config, catalog, tasks)
     problems += checkpoint_dir_problems(config)
+    if config.model.checkpoint is not None:
+        try:
+            verify_checkpoint(config.model.checkpoint)
+        except CheckpointError as exc:
+            problems.append(f"model.checkpoint: {exc}")
     if problems:
         raise StartupError(problems)

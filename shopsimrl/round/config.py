@@ -92,6 +92,8 @@ class RoundConfig(_Strict):
             driver["save_interval"] = driver["num_rollout"]  # slime's rule saves the last rollout anyway
         raw["driver"] = driver
         identity = self.round
+        if identity.start_checkpoint is not None:  # the round trains on from the previous round's policy
+            raw["model"] = {**(raw.get("model") or {}), "checkpoint": identity.start_checkpoint}
         raw["run"] = {
             "group": identity.group,
             "runs_root": identity.runs_root,

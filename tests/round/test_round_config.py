@@ -71,3 +71,11 @@ def test_next_group(group: str, expected: str):
 def test_a_group_without_a_round_number_has_no_next():
     with pytest.raises(ValueError, match="does not end in -round-NNN"):
         next_group("qwen35-4b")
+
+
+def test_the_next_round_trains_on_from_the_start_checkpoint():
+    path = ROOT / "configs" / "local" / "demo_round.yaml"
+    config = load_round_config(path, {"round.start_checkpoint": "checkpoints/r0/rollout-0001",
+                                      "round.start_checkpoint_sha256": "a" * 64})
+    assert config.train_config().model.checkpoint == "checkpoints/r0/rollout-0001"
+    assert load_round_config(path).train_config().model.checkpoint is None
