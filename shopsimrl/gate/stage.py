@@ -54,7 +54,7 @@ from shopsimrl.tracking import StageLogger, WandbSettings
 
 STAGE = "gate"
 ARTIFACT_NAME = "shopsimrl-gate"
-TABLE_KEY = "gate/chunk_contributions"
+TABLE_KEY = names.GATE_CHUNK_CONTRIBUTIONS_TABLE
 _VALIDATED = DesignConfig()  # the design bench/bench_gate.py validates (the shipped defaults)
 
 

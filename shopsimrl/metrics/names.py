@@ -456,6 +456,8 @@ GATE_SELECTED_COUNT = _declare(
 GATE_CANDIDATES = _declare(
     "gate/candidates", "interventions", "-", _D.INFORMATIONAL, "candidate interventions the gate evaluated"
 )
+# A W&B Table, not a scalar: one row per intervention (columns in shopsimrl.gate.outputs.TABLE_COLUMNS).
+GATE_CHUNK_CONTRIBUTIONS_TABLE = "gate/chunk_contributions"
 
 
 def chunk_target_rho_key(chunk_id: str) -> str:

@@ -31,7 +31,7 @@ from shopsimrl.tracking.settings import WandbMode, WandbSettings
 WORKSPACE_SCHEMA_VERSION = 1
 # The gate's Table (its columns: intervention_id, logical_chunk_id, operation, coefficient, rank,
 # status). Not a scalar metric, so not in the metric registry; the gate stage logs it under this key.
-GATE_CONTRIBUTIONS_TABLE = "gate/chunk_contributions"
+GATE_CONTRIBUTIONS_TABLE = m.GATE_CHUNK_CONTRIBUTIONS_TABLE
 TABLE_KEYS = frozenset({GATE_CONTRIBUTIONS_TABLE})
 _ID = "<id>"
 
@@ -152,7 +152,7 @@ def panel_sections(chunk_ids: Sequence[str] = ()) -> list[Section]:
                     PanelKind.BAR,
                     keys=(m.GATE_COVERAGE.name, m.GATE_COMPLETE.name),
                 ),
-                Panel("gate/chunk_contributions", PanelKind.TABLE, table=GATE_CONTRIBUTIONS_TABLE),
+                Panel(GATE_CONTRIBUTIONS_TABLE, PanelKind.TABLE, table=GATE_CONTRIBUTIONS_TABLE),
             ),
         ),  # fmt: skip
     ]
