@@ -75,9 +75,14 @@ def test_torn_tail_stops_cleanly_and_is_reported(run_file, tmp_path, cut):
     torn = tmp_path / "run-torn.wandb"
     torn.write_bytes(data[:cut])
     run = read_offline_run(torn)
-    assert run.torn is not None and run.torn.path == str(torn)
-    assert run.torn.offset <= cut
-    assert run.exit_code is None
+    assert run.exit_code is None  # an unfinished run either way
+    if run.torn is None:
+        # Record sizes vary with timestamps: a cut can land exactly on a record or block boundary,
+        # which leaves a shorter but well-formed file (fewer records, no torn one).
+        assert run.record_count < read_offline_run(run_file).record_count
+    else:
+        assert run.torn.path == str(torn)
+        assert run.torn.offset <= cut
     whole = read_offline_run(run_file).history
     assert run.history == whole[: len(run.history)]
     assert list(iter_history(torn)) == run.history
