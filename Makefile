@@ -29,6 +29,9 @@ COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WAN
 COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
 # The gate's config: the round's SGLang config in the container, the demo config on the CPU backend.
 GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
+# `make eval`: the SGLang config in the container, the demo model's on the CPU backend. EVAL_CHECKPOINT
+# overrides the config's checkpoint (container: the HF directory SGLang serves); EVAL_ARGS adds flags (local).
+EVAL_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/eval.yaml,configs/local/eval.yaml)
 # The Analyst's config; its run.group is the round (the shipped one: the local demo round).
 ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
 # The round's config (RUNNER=local): round.group names the round, its directories and its W&B group.
@@ -38,7 +41,7 @@ export WANDB_GROUP
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate round wandb-sync report behavior \
+.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate eval round wandb-sync report behavior \
 	canary shell \
 	images pin-images
 
@@ -84,6 +87,9 @@ analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool,
 
 gate: ## Validate the round's candidate skill edits on its fixed checkpoint [docker: SGLang on GPU|local: CPU]
 	$(call by_runner,gate,training online-gate $(GATE_CONFIG))
+
+eval: ## Evaluate a checkpoint on held-out tasks: success/reward with CIs -> runs/<group>/eval [docker: SGLang on GPU|local: CPU]
+	$(call by_runner,eval,eval $(EVAL_CONFIG)$(if $(EVAL_CHECKPOINT), --checkpoint $(EVAL_CHECKPOINT)) $(EVAL_ARGS))
 
 # RUNNER=docker: the three stages' compose services in order (each resumes itself; no round_state.json).
 round: ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]

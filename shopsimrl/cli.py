@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "training": "shopsimrl.local.commands:train",
     "preflight": "shopsimrl.ops.commands:preflight",
     "canary": "shopsimrl.ops.commands:canary",
+    "eval": "shopsimrl.evaluation.commands:eval_command",
     "slime": "shopsimrl.ops.slime_commands:slime",
 }
 

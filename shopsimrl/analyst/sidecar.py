@@ -42,7 +42,7 @@ from shopsimrl.records import (
     read_group_trace,
     read_retry_results,
 )
-from shopsimrl.storage import read_jsonl
+from shopsimrl.storage import read_jsonl, repair_torn_tail
 
 logger = logging.getLogger(__name__)
 
@@ -84,24 +84,6 @@ def cards_lock(analysis_dir: str | os.PathLike[str]) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)  # closing the descriptor releases the lock
-
-
-def repair_torn_tail(path: Path) -> bool:
-    """Cut an incomplete last line (an append interrupted by a kill); True if something was cut."""
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    with open(path, "rb+") as handle:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) == b"\n":
-            return False
-        handle.seek(0)
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        handle.truncate(keep)
-        handle.flush()
-        os.fsync(handle.fileno())
-    logger.warning("%s: cut a torn last line (%d bytes) left by an interrupted append", path, len(data) - keep)
-    return True
 
 
 @dataclass

@@ -3,7 +3,7 @@
     config.py     GateConfig (the YAML), load_gate_config
     design.py     the pre-registered pairs and masks (mask_assignments.json)
     manifest.py   input hashes; a resume refuses any difference
-    runner.py     episodes through the real agent loop; evaluations.jsonl
+    (episodes)    shopsimrl/evaluation/runner.py, shared with `shopsimrl eval`; evaluations.jsonl
     estimate.py   OLS of paired deltas on the mask indicators, clustered by task; Holm; selection rule
     outputs.py    contributions.json, selected skillbank, ledger verdicts, the W&B Table rows
     stage.py      run_gate: all of the above, and one W&B record

@@ -27,8 +27,8 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
     Example: python scripts/run_shopsimrl.py training online-gate configs/trace2skill_online_gate.yaml
     --wandb --wandb-project "$WANDB_PROJECT" --wandb-group "$WANDB_GROUP"
     """
+    from shopsimrl.evaluation.runner import RunnerAborted
     from shopsimrl.gate.config import load_gate_config
-    from shopsimrl.gate.runner import GateAborted
     from shopsimrl.gate.stage import run_gate
     from shopsimrl.models.smollm2 import ModelUnavailableError
 
@@ -37,7 +37,7 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
         result = run_gate(config, settings=wandb_settings, echo=click.echo, progress=not no_progress)
     except (ConfigError, ModelUnavailableError) as exc:
         raise click.ClickException(str(exc)) from None
-    except GateAborted as exc:
+    except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}") from None
     for line in result.lines:
         click.echo(line)

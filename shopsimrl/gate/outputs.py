@@ -2,7 +2,7 @@
 
     online_gate_manifest.json   inputs' hashes and the design (manifest.py)
     mask_assignments.json       the pre-registered design (design.py)
-    evaluations.jsonl           one line per finished attempt (runner.py; the audit record)
+    evaluations.jsonl           one line per finished attempt (shopsimrl/evaluation/runner.py; the audit record)
     contributions.json          per candidate: coefficient, SE, CI, p-values, rank, status (both outcomes)
     selected_skillbank.json     the current skillbank with the selected interventions applied
     selected_skill.md           the same, for people
@@ -19,9 +19,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from shopsimrl.evaluation.runner import EvaluationStatus
 from shopsimrl.gate.design import Design
 from shopsimrl.gate.estimate import Estimate, Status
-from shopsimrl.gate.runner import EvaluationStatus
 from shopsimrl.rollout.candidates import (
     CandidatePool,
     LedgerEntry,
@@ -35,6 +35,7 @@ from shopsimrl.storage import atomic_write_json, atomic_write_text
 from shopsimrl.storage.jsonl import dumps_record
 
 MANIFEST_FILE = "online_gate_manifest.json"
+EVALUATIONS_FILE = "evaluations.jsonl"
 MASK_ASSIGNMENTS_FILE = "mask_assignments.json"
 CONTRIBUTIONS_FILE = "contributions.json"
 SELECTED_SKILLBANK_FILE = "selected_skillbank.json"

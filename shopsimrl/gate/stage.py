@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.gate.config import DEMO_CHECKPOINT, Backend, DesignConfig, GateConfig
+from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
+from shopsimrl.evaluation.runner import (
+    EpisodeRunner,
+    EvaluationState,
+    EvaluationStatus,
+    PlannedEpisode,
+    Todo,
+)
+from shopsimrl.evaluation.serving import episode_options, load_generator
+from shopsimrl.gate.config import DesignConfig, GateConfig
 from shopsimrl.gate.design import ARMS, Design, build_design
 from shopsimrl.gate.estimate import Estimate, PairObservation, estimate_effects
 from shopsimrl.gate.manifest import (
@@ -33,6 +42,7 @@ from shopsimrl.gate.manifest import (
 )
 from shopsimrl.gate.outputs import (
     CONTRIBUTIONS_FILE,
+    EVALUATIONS_FILE,
     MANIFEST_FILE,
     MASK_ASSIGNMENTS_FILE,
     TABLE_COLUMNS,
@@ -44,7 +54,6 @@ from shopsimrl.gate.outputs import (
     write_ledger,
     write_selected_skillbank,
 )
-from shopsimrl.gate.runner import EVALUATIONS_FILE, EpisodeRunner, EvaluationState, EvaluationStatus, Todo
 from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
 from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
@@ -55,6 +64,7 @@ from shopsimrl.tracking import StageLogger, WandbSettings
 STAGE = "gate"
 ARTIFACT_NAME = "shopsimrl-gate"
 TABLE_KEY = names.GATE_CHUNK_CONTRIBUTIONS_TABLE
+KEY_FIELDS = ("pair_id", "arm")  # what identifies an evaluation in evaluations.jsonl
 _VALIDATED = DesignConfig()  # the design bench/bench_gate.py validates (the shipped defaults)
 
 
@@ -106,14 +116,13 @@ def run_gate(
     result = GateResult(gate_dir, design.planned, 0, False)
     with StageLogger(gate_dir, stage=STAGE, settings=settings, config=config.model_dump(mode="json")) as log:
         try:
-            state = EvaluationState.load(evaluations_path, design)
+            state = _state(evaluations_path, design)
             if state.torn_tail:
                 echo(f"gate: {state.torn_tail}; that evaluation runs again")
             todo = [
-                Todo(pair, arm, state.attempts.get((pair.pair_id, arm), 0))
-                for pair in design.pairs
-                for arm in ARMS
-                if (pair.pair_id, arm) not in state.final
+                Todo(episode, state.attempts.get(episode.key, 0))
+                for episode in planned_episodes(design)
+                if episode.key not in state.final
             ]
             echo(
                 f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}), "
@@ -121,7 +130,7 @@ def run_gate(
             )
             if todo:
                 _run_evaluations(config, inputs, design, todo, evaluations_path, echo, progress)
-            state = EvaluationState.load(evaluations_path, design)
+            state = _state(evaluations_path, design)
             result.finished = len(state.final)
             result.complete = result.finished == design.planned
             if not result.complete:  # unreachable unless evaluations.jsonl is edited concurrently
@@ -131,7 +140,7 @@ def run_gate(
             result.lines = summary_lines(config, document)
             _log_complete(log, gate_dir, document)
         except BaseException:
-            final = EvaluationState.load(evaluations_path, design).final if evaluations_path.exists() else {}
+            final = _state(evaluations_path, design).final if evaluations_path.exists() else {}
             result.finished = len(final)
             _log_incomplete(log, gate_dir, result.coverage)
             raise
@@ -229,20 +238,9 @@ def _register(config: GateConfig, design: Design, hashes: dict[str, str], gate_d
 
 def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: list[Todo], path: Path,
                      echo: Callable[[str], None], progress: bool) -> None:
-    from shopsimrl.config import ShopSimOptions
-    from shopsimrl.config.options import CatalogOptions
-
-    tokenizer, generator = _generator(config)
-    options = ShopSimOptions(
-        run_dir=str(config.gate_dir),
-        catalog=CatalogOptions(seed=config.catalog.seed, num_products=config.catalog.num_products),
-        tool_call_format=config.episode.tool_call_format,
-        max_turns=config.episode.max_turns,
-        max_new_tokens_per_turn=config.episode.max_new_tokens_per_turn,
-        max_context_tokens=config.episode.max_context_tokens,
-        full_skill_retry=False,
-        sglang_timeout_s=config.generator.timeout_s,
-    )
+    tokenizer, generator = load_generator(config.inputs.checkpoint, config.generator, seed=config.design.seed,
+                                          tokenizer_dir=config.inputs.tokenizer)
+    options = episode_options(config.gate_dir, config.episode, config.catalog, config.generator)
     by_id = {item.intervention_id: item for item in inputs.pool.interventions}
     cache: dict[tuple[str, ...], list[str]] = {}
 
@@ -271,8 +269,9 @@ def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: 
         generator=generator,
         options=options,
         skill_texts_for=skill_texts_for,
-        sampling={"temperature": config.episode.temperature, "top_p": config.episode.top_p},
+        sampling=config.episode.sampling(),
         path=path,
+        kind="gate_evaluation",
         concurrency=config.generator.concurrency,
         max_attempts=config.generator.max_attempts,
         abort_after_consecutive_failures=config.generator.abort_after_consecutive_failures,
@@ -281,35 +280,24 @@ def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: 
     asyncio.run(runner.run(todo))
 
 
-def _generator(config: GateConfig) -> tuple[Any, Any]:
-    """(tokenizer, generator) on the fixed checkpoint."""
-    checkpoint = config.inputs.checkpoint
-    if config.generator.backend is Backend.SGLANG:
-        from transformers import AutoTokenizer
+def planned_episodes(design: Design) -> list[PlannedEpisode]:
+    """The design's evaluations in design order: two arms per pair, with the pair's seeds."""
+    return [
+        PlannedEpisode(
+            labels={"pair_id": pair.pair_id, "arm": arm, "replicate": pair.replicate},
+            key_fields=KEY_FIELDS,
+            task_id=pair.task_id,
+            mask=pair.mask(arm),
+            sampling_seed=pair.sampling_seed,
+            env_seed=pair.env_seed,
+        )
+        for pair in design.pairs
+        for arm in ARMS
+    ]
 
-        from shopsimrl.rollout.generators import SGLangGenerator
 
-        tokenizer = AutoTokenizer.from_pretrained(config.inputs.tokenizer or checkpoint)
-        return tokenizer, SGLangGenerator(config.generator.url or "", timeout_s=config.generator.timeout_s)
-    if checkpoint == DEMO_CHECKPOINT:
-        from shopsimrl.models.smollm2 import load_smollm2
-
-        loaded = load_smollm2()
-        model, tokenizer = loaded.model, loaded.tokenizer
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(config.inputs.tokenizer or checkpoint)
-        model = AutoModelForCausalLM.from_pretrained(checkpoint)
-    model.eval()
-    seed = config.design.seed
-    if config.generator.concurrency == 1:
-        from shopsimrl.rollout.generators import LocalHFGenerator
-
-        return tokenizer, LocalHFGenerator(model, tokenizer, seed=seed)
-    from shopsimrl.rollout.generators import BatchedLocalHFGenerator
-
-    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=seed, max_batch=config.generator.concurrency)
+def _state(path: Path, design: Design) -> EvaluationState:
+    return EvaluationState.load(path, design.evaluation_keys(), KEY_FIELDS, MASK_ASSIGNMENTS_FILE)
 
 
 def observations(design: Design, final: dict[tuple[str, str], dict[str, Any]], key: str) -> list[PairObservation]:

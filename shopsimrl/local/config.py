@@ -147,6 +147,8 @@ class WarmStartConfig(_Strict):
     probe_tasks: int = Field(2, ge=1, description="tasks per probe")
     probe_samples: int = Field(4, ge=2, description="samples per probe task (a group)")
     expert_noise: float = Field(0.0, ge=0, le=1)
+    save: bool = Field(False, description="save the warm-started policy as <checkpoints>/<group>/warm-start "
+                       "(the 'before GRPO' checkpoint of a learning run)")
 
 
 class RunSection(_Strict):

@@ -23,7 +23,13 @@ from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.metrics.alerts import AlertConfig
 from shopsimrl.metrics.live_alerts import LiveAlerts
-from shopsimrl.models.checkpoint import CheckpointInfo, checkpoint_dir_name, load_checkpoint, save_checkpoint
+from shopsimrl.models.checkpoint import (
+    WARM_START_DIR,
+    CheckpointInfo,
+    checkpoint_dir_name,
+    load_checkpoint,
+    save_checkpoint,
+)
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import generate_catalog, load_split
@@ -162,6 +168,8 @@ def run_training(
                     )
                 ),
             )
+            if config.warm_start.save:  # the policy before any GRPO update, for `shopsimrl eval`
+                result.checkpoints.append(save_checkpoint(model, tokenizer, config.checkpoint_dir / WARM_START_DIR))
         with StageLogger(
             stage_dir,
             stage="train",

@@ -460,6 +460,48 @@ GATE_CANDIDATES = _declare(
 GATE_CHUNK_CONTRIBUTIONS_TABLE = "gate/chunk_contributions"
 
 
+# ---- eval/* (`shopsim eval`, slime's eval namespace): one row per evaluation, x-axis eval/step --------
+# `<id>` is the split (validation, test); slime logs `eval/<dataset>` = mean reward and
+# `eval/<dataset>-truncated_ratio` (slime/ray/rollout.py), so the first two keep its shape.
+EVAL_STEP = _declare(
+    "eval/step", "step", "-", _D.INFORMATIONAL, "x-axis of eval/*: GRPO rollouts trained into the checkpoint (rollout id + 1; 0 before GRPO)"
+)
+EVAL_REWARD = _declare(
+    "eval/shopsim_<id>", "reward in [0, 1]", "scored episodes", _D.HIGHER_IS_BETTER,
+    "mean partial-credit reward of the evaluation (slime's eval/<dataset>)",
+)
+EVAL_TRUNCATED_RATIO = _declare(
+    "eval/shopsim_<id>-truncated_ratio", "fraction", "scored episodes", _D.LOWER_IS_BETTER,
+    "episodes that ended on max_new_tokens or the context limit",
+)
+EVAL_SUCCESS_RATE = _declare(
+    "eval/shopsim_<id>/success_rate", "fraction", "scored episodes", _D.HIGHER_IS_BETTER, "strict success rate"
+)
+EVAL_SUCCESS_CI_LOW = _declare(
+    "eval/shopsim_<id>/success_ci_low", "fraction", "scored episodes", _D.INFORMATIONAL,
+    "lower end of the 95% Wilson interval of the success rate",
+)
+EVAL_SUCCESS_CI_HIGH = _declare(
+    "eval/shopsim_<id>/success_ci_high", "fraction", "scored episodes", _D.INFORMATIONAL,
+    "upper end of the 95% Wilson interval of the success rate",
+)
+EVAL_STRICT_REWARD = _declare(
+    "eval/shopsim_<id>/strict_reward", "reward in {0, 1}", "scored episodes", _D.HIGHER_IS_BETTER,
+    "mean strict reward",
+)
+EVAL_TURNS_MEAN = _declare(
+    "eval/shopsim_<id>/turns_mean", "turns", "scored episodes", _D.INFORMATIONAL, "assistant turns per episode"
+)
+EVAL_MODEL_TOKENS_MEAN = _declare(
+    "eval/shopsim_<id>/model_tokens_mean", "tokens", "scored episodes", _D.INFORMATIONAL,
+    "model-generated tokens per episode (loss-mask 1)",
+)
+EVAL_UNSCORABLE = _declare(
+    "eval/shopsim_<id>/unscorable", "episodes", "-", _D.LOWER_IS_BETTER,
+    "planned episodes that hit a technical failure on every attempt",
+)
+
+
 def chunk_target_rho_key(chunk_id: str) -> str:
     return CHUNK_TARGET_RHO.key(chunk_id)
 

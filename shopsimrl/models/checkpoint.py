@@ -26,6 +26,7 @@ from shopsimrl.storage import atomic_write_json, atomic_write_text
 from shopsimrl.storage.atomic import _fsync_directory
 
 CHECKPOINT_MANIFEST = "checkpoint.json"
+WARM_START_DIR = "warm-start"  # the warm-started policy before GRPO (rollout_id null), when saved
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # slime's name for the same pointer
 CHECKPOINT_SCHEMA_VERSION = 1
 _CHUNK = 1 << 20

@@ -43,7 +43,7 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     """
     from shopsimrl.analyst.sidecar import CardsLockedError
     from shopsimrl.analyst.stage import AnalysisError
-    from shopsimrl.gate.runner import GateAborted
+    from shopsimrl.evaluation.runner import RunnerAborted
     from shopsimrl.local.progress import ProgressPrinter
     from shopsimrl.models.checkpoint import CheckpointError
     from shopsimrl.models.smollm2 import ModelUnavailableError
@@ -64,7 +64,7 @@ def round_command(config_path: Path, sets: tuple[str, ...], wandb_settings: Wand
     except (ConfigError, RoundError, CheckpointError, StartupError, StorageError, ModelUnavailableError,
             AnalysisError, CardsLockedError) as exc:
         raise click.ClickException(str(exc)) from None
-    except GateAborted as exc:
+    except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}; re-run the same command to resume") from None
     except FileNotFoundError as exc:
         raise click.ClickException(f"{exc.filename}: not found") from None

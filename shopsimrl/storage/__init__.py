@@ -9,7 +9,7 @@ from shopsimrl.storage.atomic import (
     open_temp,
 )
 from shopsimrl.storage.faults import SPACE_ERRNOS, os_error_cause, storage_error, writable_dir_problem
-from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl
+from shopsimrl.storage.jsonl import JsonlReadResult, append_jsonl, read_jsonl, repair_torn_tail
 
 __all__ = [
     "SPACE_ERRNOS",
@@ -23,6 +23,7 @@ __all__ = [
     "open_temp",
     "os_error_cause",
     "read_jsonl",
+    "repair_torn_tail",
     "storage_error",
     "writable_dir_problem",
 ]

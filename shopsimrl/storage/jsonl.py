@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from typing import Any
 
 from shopsimrl.errors import TornRecordError
 from shopsimrl.storage.faults import storage_error
+
+logger = logging.getLogger(__name__)
 
 
 def _default(obj: Any) -> Any:
@@ -79,6 +82,25 @@ class JsonlReadResult:
     @property
     def torn_tail(self) -> TornRecordError | None:
         return self.problems[-1] if self.problems else None
+
+
+def repair_torn_tail(path: str | os.PathLike[str]) -> bool:
+    """Cut an incomplete last line (an append interrupted by a kill); True if something was cut."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return False
+        handle.seek(0)
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+    logger.warning("%s: cut a torn last line (%d bytes) left by an interrupted append", path, len(data) - keep)
+    return True
 
 
 def iter_jsonl_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:

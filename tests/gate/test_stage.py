@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from shopsimrl.evaluation.runner import RunnerAborted
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.gate.design import Design
 from shopsimrl.gate.manifest import ManifestMismatchError
 from shopsimrl.gate.outputs import ARTIFACT_FILES, TABLE_COLUMNS
-from shopsimrl.gate.runner import GateAborted
 from shopsimrl.gate.stage import run_gate
 from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent, Operation
 from shopsimrl.rollout.skillbank import load_skillbank
@@ -147,7 +147,7 @@ def test_incomplete_gate_logs_only_coverage_complete_zero_and_the_files_it_has(g
             "generator": {"backend": "sglang", "url": server.url, "concurrency": 1,
                           "abort_after_consecutive_failures": 2},
         })
-        with pytest.raises(GateAborted, match="2 technical failures in a row"):
+        with pytest.raises(RunnerAborted, match="2 technical failures in a row"):
             run_gate(config, settings=_wandb_settings("round-000"), echo=_quiet)
     gate_dir = config.gate_dir
     for name in ("contributions.json", "selected_skillbank.json", "selected_skill.md", "proposal_ledger.jsonl"):

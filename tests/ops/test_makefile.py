@@ -26,7 +26,7 @@ def listed_targets() -> list[str]:
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
     assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
-                                "train-smoke", "train", "analyze", "gate", "round", "wandb-sync", "report", "behavior", "canary",
+                                "train-smoke", "train", "analyze", "gate", "eval", "round", "wandb-sync", "report", "behavior", "canary",
                                 "shell", "images", "pin-images"]
 
 
@@ -56,13 +56,16 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("behavior", "WANDB_GROUP=g1") == f"{cli} behavior analyze runs/g1"
     assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
     assert _last_line("gate", "RUNNER=local") == f"{cli} training online-gate configs/local/gate.yaml"
+    assert _last_line("eval", "RUNNER=local") == f"{cli} eval configs/local/eval.yaml"
+    assert _last_line("eval", "RUNNER=local", "EVAL_CHECKPOINT=checkpoints/g", "EVAL_ARGS=--mask none") == (
+        f"{cli} eval configs/local/eval.yaml --checkpoint checkpoints/g --mask none")
     assert _last_line("preflight", "RUNNER=local") == f"{cli} preflight --runner local"
     assert _last_line("pin-images") == "bash docker/pin_images.sh docker/versions.env"
 
 
 def test_docker_runner_runs_the_compose_service():
     compose = "docker compose --env-file docker/versions.env"
-    for target in ("convert", "train-smoke", "train", "analyze", "gate", "wandb-sync", "report", "canary"):
+    for target in ("convert", "train-smoke", "train", "analyze", "gate", "eval", "wandb-sync", "report", "canary"):
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"

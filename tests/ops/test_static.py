@@ -84,7 +84,7 @@ def test_services_and_what_slime_needs():
         assert environment["WANDB_GROUP"] == "${WANDB_GROUP:-qwen35-4b-round-000}", name
         assert (environment["HOST_UID"], environment["HOST_GID"]) == ("${HOST_UID:-}", "${HOST_GID:-}"), name
     # Every train-image service runs through the ownership hand-back; the tools image runs as the host user.
-    for name in ("train", "train-smoke", "convert", "preflight", "canary", "analyze", "gate"):
+    for name in ("train", "train-smoke", "convert", "preflight", "canary", "analyze", "gate", "eval"):
         assert services[name]["command"][:2] == ["bash", "/opt/shopsimrl/scripts/container_entry.sh"], name
         assert "user" not in services[name], name
         assert {"type": "bind", "source": "./runs/ray", "target": "/tmp/ray", "bind": {"create_host_path": True}} in \

@@ -1,0 +1,100 @@
+"""`shopsimrl eval [CONFIG]`: evaluate a checkpoint on a fixed split (thin layer over stage.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shopsimrl.config.overrides import parse_sets
+from shopsimrl.errors import ConfigError
+from shopsimrl.tracking.settings import wandb_options
+
+_FLAGS = ("checkpoint", "split", "tasks", "seeds", "mask", "skillbank", "name", "group")
+
+
+@click.command("eval")
+@click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(path_type=Path))
+@click.option("--checkpoint", help="HF model directory, a checkpoints parent (its latest), or 'demo'.")
+@click.option("--split", type=click.Choice(["validation", "test"]), help="Held-out split [validation].")
+@click.option("--tasks", type=int, help="The first N tasks of the split.")
+@click.option("--seeds", type=int, help="Episodes per task (each with its own fixed seeds).")
+@click.option("--mask", help="Skill chunks in the prompt: full, none, or chunk ids 'a,b'.")
+@click.option("--skillbank", help="The skillbank the mask draws from.")
+@click.option("--name", help="Directory name under runs/<group>/eval/ (default: checkpoint-split-mask).")
+@click.option("--group", help="runs/<group>/eval/...; also the W&B group unless --wandb-group is given.")
+@click.option("--compare", "compare_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="An earlier evaluation directory with the same plan: paired test after - before.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
+@click.option("--no-progress", is_flag=True, help="No progress lines.")
+@wandb_options
+def eval_command(config_path: Path | None, compare_dir: Path | None, sets: tuple[str, ...], no_progress: bool,
+                 wandb_settings: Any, **flags: Any) -> None:
+    """Evaluate a checkpoint on held-out tasks: success and reward with confidence intervals.
+
+    Runs the first --tasks tasks of --split, --seeds episodes each, through the real agent loop with
+    every seed fixed (the same checkpoint and plan give the same numbers), and writes
+    runs/<group>/eval/<name>/: eval_plan.json, episodes.jsonl, eval_report.json. A killed
+    evaluation resumes when re-run. W&B: one run of job type eval (eval/* at eval/step = the
+    GRPO rollouts trained into the checkpoint). docs/evaluation.md.
+
+    Example: shopsimrl eval configs/local/eval.yaml --checkpoint checkpoints/local-demo-round-000
+    """
+    from shopsimrl.evaluation.config import load_eval_config
+    from shopsimrl.evaluation.runner import RunnerAborted
+    from shopsimrl.evaluation.stage import run_eval
+    from shopsimrl.models.smollm2 import ModelUnavailableError
+
+    overrides = {key: value for key, value in flags.items() if key in _FLAGS and value is not None}
+    overrides |= parse_sets(sets, example="episode.temperature=0.7")
+    try:
+        config = load_eval_config(config_path, overrides)
+        settings = wandb_settings if wandb_settings.group else replace(wandb_settings, group=config.group)
+        baseline = _load_baseline(compare_dir) if compare_dir is not None else None
+        result = run_eval(config, settings=settings, echo=click.echo, progress=not no_progress)
+    except (ConfigError, ModelUnavailableError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except RunnerAborted as exc:
+        raise click.ClickException(f"eval incomplete: {exc}") from None
+    for line in result.lines:
+        click.echo(line)
+    click.echo(f"  report: {result.eval_dir / 'eval_report.json'}")
+    if baseline is not None:
+        _compare(baseline, result, config.bootstrap_samples, config.seed)
+
+
+def _load_baseline(directory: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+    from shopsimrl.evaluation.report import REPORT_FILE
+    from shopsimrl.evaluation.stage import EPISODES_FILE
+    from shopsimrl.storage import read_jsonl
+
+    report_path = directory / REPORT_FILE
+    if not report_path.is_file():
+        raise ConfigError(str(directory), [f"--compare: no {REPORT_FILE} (not a finished evaluation)"])
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    records = [r for r in read_jsonl(directory / EPISODES_FILE).records if r["status"] == "scored"]
+    return directory, report, records
+
+
+def _compare(baseline: tuple[Path, dict[str, Any], list[dict[str, Any]]], result: Any, samples: int, seed: int) -> None:
+    from shopsimrl.evaluation.report import comparability_problems, compare, comparison_lines
+    from shopsimrl.evaluation.stage import EPISODES_FILE
+    from shopsimrl.storage import atomic_write_json, read_jsonl
+
+    directory, before, before_records = baseline
+    problems = comparability_problems(before, result.report)
+    if problems:
+        raise click.ClickException(str(ConfigError(f"--compare {directory}", ["plans differ, episodes cannot be paired",
+                                                                               *problems])))
+    after_records = [r for r in read_jsonl(result.eval_dir / EPISODES_FILE).records if r["status"] == "scored"]
+    comparison = compare(before, before_records, result.report, after_records, bootstrap_samples=samples, seed=seed)
+    comparison["before"]["eval_dir"] = str(directory)
+    comparison["after"]["eval_dir"] = str(result.eval_dir)
+    path = result.eval_dir / f"comparison_vs_{directory.name}.json"
+    atomic_write_json(path, comparison)
+    for line in comparison_lines(comparison):
+        click.echo(line)
+    click.echo(f"  comparison: {path}")

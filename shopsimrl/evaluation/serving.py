@@ -1,0 +1,65 @@
+"""The fixed checkpoint's tokenizer and generator, and the episode options, for planned episodes.
+
+    tokenizer, generator = load_generator("checkpoints/g/final", GeneratorConfig(), seed=0)
+    options = episode_options(run_dir, EpisodeConfig(), CatalogConfig(), GeneratorConfig())
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shopsimrl.config import ShopSimOptions
+from shopsimrl.evaluation.episode_config import (
+    DEMO_CHECKPOINT,
+    Backend,
+    CatalogConfig,
+    EpisodeConfig,
+    GeneratorConfig,
+)
+
+
+def load_generator(checkpoint: str, generator: GeneratorConfig, *, seed: int,
+                   tokenizer_dir: str | None = None) -> tuple[Any, Any]:
+    """(tokenizer, generator) on the checkpoint: an SGLang URL, the demo model, or an HF directory on CPU."""
+    if generator.backend is Backend.SGLANG:
+        from transformers import AutoTokenizer
+
+        from shopsimrl.rollout.generators import SGLangGenerator
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or checkpoint)
+        return tokenizer, SGLangGenerator(generator.url or "", timeout_s=generator.timeout_s)
+    if checkpoint == DEMO_CHECKPOINT:
+        from shopsimrl.models.smollm2 import load_smollm2
+
+        loaded = load_smollm2()
+        model, tokenizer = loaded.model, loaded.tokenizer
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    model.eval()
+    if generator.concurrency == 1:
+        from shopsimrl.rollout.generators import LocalHFGenerator
+
+        return tokenizer, LocalHFGenerator(model, tokenizer, seed=seed)
+    from shopsimrl.rollout.generators import BatchedLocalHFGenerator
+
+    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=seed, max_batch=generator.concurrency)
+
+
+def episode_options(run_dir: Path, episode: EpisodeConfig, catalog: CatalogConfig,
+                    generator: GeneratorConfig) -> ShopSimOptions:
+    from shopsimrl.config.options import CatalogOptions
+
+    return ShopSimOptions(
+        run_dir=str(run_dir),
+        catalog=CatalogOptions(seed=catalog.seed, num_products=catalog.num_products),
+        tool_call_format=episode.tool_call_format,
+        max_turns=episode.max_turns,
+        max_new_tokens_per_turn=episode.max_new_tokens_per_turn,
+        max_context_tokens=episode.max_context_tokens,
+        full_skill_retry=False,
+        sglang_timeout_s=generator.timeout_s,
+    )
