@@ -110,7 +110,7 @@ def load_trial_policy(settings: TrialSettings, options: ShopSimOptions) -> tuple
 
         tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer)
         return tokenizer, SGLangGenerator(str(settings.sglang_url), timeout_s=options.sglang_timeout_s)
-    from shopsimrl.rollout.generators import LocalHFGenerator
+    from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 
     if settings.model == "tiny":
         from shopsimrl.models import tiny_model, tiny_tokenizer
@@ -128,4 +128,7 @@ def load_trial_policy(settings: TrialSettings, options: ShopSimOptions) -> tuple
         directory = Path(settings.model)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModelForCausalLM.from_pretrained(directory)
-    return tokenizer, LocalHFGenerator(model, tokenizer, seed=settings.seed)
+    model.eval()
+    # The cached, batched generator: `concurrency` trials in flight decode as one batch and every
+    # turn reuses its episode's KV cache (docs/rollout.md), as the local driver's rollouts do.
+    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=settings.seed, max_batch=settings.concurrency)

@@ -46,6 +46,9 @@ class GrpoConfig:
     clip_grad: float = 1.0
     rollout_temperature: float = 1.0  # log-probs are taken of softmax(logits / T), as slime's actor does
     max_tokens_per_microbatch: int = 8192  # padded tokens per forward pass (slime: --max-tokens-per-gpu)
+    # slime reuses the step's own log-probs as the old ones when a rollout is one optimizer step;
+    # False forces the separate pass (as slime's --get-mismatch-metrics does).
+    reuse_old_log_probs: bool = True
 
 
 @dataclass(frozen=True)
@@ -367,7 +370,13 @@ class GrpoTrainer:
         result = RolloutTrainResult(num_steps=len(schedule))
         start = time.perf_counter()
         self.model.train()
-        old = self._score_all(self.model, items, scheduled)
+        # slime v0.3.1 (actor.py, `can_reuse_log_probs_in_loss`): with one optimizer step per rollout,
+        # the old policy is the one being stepped, so the loss takes the step's own log-probs,
+        # detached, as the old ones and the separate forward pass is skipped (loss.py: `old_log_probs
+        # = [log_prob.detach() ...]`). Nothing of slime's other conditions applies locally: no KL
+        # reward penalty, no old-actor copy, no routing replay, GRPO's policy loss.
+        reuse_old = len(schedule) == 1 and self.config.reuse_old_log_probs
+        old = {} if reuse_old else self._score_all(self.model, items, scheduled)
         log_probs_time = time.perf_counter() - start
         ref: dict[int, torch.Tensor] | None = None
         ref_time = 0.0
@@ -384,11 +393,12 @@ class GrpoTrainer:
         train_time = time.perf_counter() - train_start
         total_tokens = sum(len(items[i].tokens) for i in scheduled)
         result.perf_metrics = {
-            m.PERF_LOG_PROBS_TIME.name: log_probs_time,
             m.PERF_ACTOR_TRAIN_TIME.name: train_time,
             m.PERF_ACTOR_TRAIN_TOK_PER_S.name: total_tokens / train_time if train_time > 0 else 0.0,
             m.PERF_TRAIN_TIME.name: time.perf_counter() - start,
         }
+        if not reuse_old:  # no old-log-prob pass ran: the key is absent, never a made-up 0
+            result.perf_metrics[m.PERF_LOG_PROBS_TIME.name] = log_probs_time
         if self.config.use_kl_loss:
             result.perf_metrics[m.PERF_REF_LOG_PROBS_TIME.name] = ref_time
         return result
@@ -419,7 +429,7 @@ class GrpoTrainer:
             has_rollout_lp = all(items[i].rollout_log_probs is not None for i in step)
             inputs = StepLossInputs(
                 log_probs=scored.log_probs,
-                old_log_probs=[old[i] for i in batch],
+                old_log_probs=[old[i] if i in old else lp.detach() for i, lp in zip(batch, scored.log_probs, strict=True)],
                 advantages=[items[i].advantage for i in batch],
                 loss_masks=[
                     torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32, device=device) for i in batch

@@ -236,6 +236,30 @@ def test_trainer_steps_numbering_and_first_step_kl() -> None:
     assert not torch.equal(before, model.model.embed_tokens.weight)
 
 
+def test_one_step_per_rollout_reuses_the_step_log_probs_as_slime_does() -> None:
+    # slime v0.3.1 skips the old-log-prob pass when a rollout is one optimizer step and takes the
+    # step's own log-probs, detached: the same update as with the pass, one forward cheaper.
+    tok = tiny_tokenizer()
+    items = [
+        _item([5, 6, 7, 8, 9], 2, "t0", adv=1.0),
+        _item([5, 6, 10, 11], 1, "t1", adv=-1.0),
+    ]
+    weights = []
+    for reuse in (True, False):
+        model = tiny_model(tok, seed=3)
+        trainer = GrpoTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                              GrpoConfig(reuse_old_log_probs=reuse))
+        result = trainer.train_rollout(items, rollout_id=0, global_batch_size=2)
+        assert result.num_steps == 1
+        assert ("perf/log_probs_time" in result.perf_metrics) is not reuse
+        if reuse:
+            assert result.step_metrics[0]["train/ppo_kl"] == 0.0  # old and new are one tensor
+        weights.append(model.model.embed_tokens.weight.detach().clone())
+    # The two paths compute the same log-probs on the same weights; float32 rounding of the
+    # separate forward pass (different padding) stays far below 1e-6 in the updated weights.
+    assert torch.allclose(weights[0], weights[1], atol=1e-6, rtol=0)
+
+
 def test_kl_loss_needs_a_reference_model() -> None:
     tok = tiny_tokenizer()
     model = tiny_model(tok)
