@@ -12,7 +12,8 @@ Runs, each through the real CLI in a subprocess:
    interval at each evaluated checkpoint, as a PNG.
 
     .venv/bin/python bench/learning_run.py [--group learning-run-001] [--tasks 40] [--seeds 2] \
-        [--set driver.num_rollout=12 ...] [--png docs/img/learning_curve.png] [--json out.json]
+        [--set driver.num_rollout=12 ...] [--eval-set generator.concurrency=16 ...] \
+        [--png docs/img/learning_curve.png] [--json out.json]
 
 Prints the machine (CPU model, cores), every command with its wall time, and the before/after table.
 """
@@ -59,6 +60,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=None, help="validation tasks per evaluation (eval config's)")
     parser.add_argument("--seeds", type=int, default=None, help="episodes per task (eval config's)")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="training config override")
+    parser.add_argument("--eval-set", dest="eval_sets", action="append", default=[], help="eval config override")
     parser.add_argument("--skip-training", action="store_true", help="evaluate the group's existing checkpoints")
     parser.add_argument("--png", default=None, help="the learning curve (default runs/<group>/learning_curve.png)")
     parser.add_argument("--json", default=None, help="the summary (default runs/<group>/learning_run.json)")
@@ -83,8 +85,8 @@ def main() -> None:
         name = checkpoint.name
         extra = ["--compare", str(ROOT / "runs" / args.group / "eval" / "warm-start")] \
             if checkpoint == evaluated[-1] and evaluated[0].name == "warm-start" and len(evaluated) > 1 else []
-        run([*CLI, "eval", args.eval_config, "--checkpoint", str(checkpoint), "--name", name, "--no-progress",
-             *plan, *extra], log)
+        run([*CLI, "eval", args.eval_config, "--checkpoint", str(checkpoint), "--name", name,
+             *plan, *[item for s in args.eval_sets for item in ("--set", s)], *extra], log)
         eval_dirs.append(ROOT / "runs" / args.group / "eval" / name)
     summary = summarize(args.group, eval_dirs, machine, log, time.perf_counter() - started)
     png = Path(args.png) if args.png else ROOT / "runs" / args.group / "learning_curve.png"

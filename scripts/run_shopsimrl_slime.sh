@@ -115,7 +115,10 @@ CLUSTER_ARGS=(--actor-num-nodes 1
 
 CKPT_ARGS=(--hf-checkpoint "${HF_CHECKPOINT}" --ref-load "${REF_LOAD}")
 if [[ -n "${SAVE_DIR:-}" ]]; then
-  CKPT_ARGS+=(--load "${SAVE_DIR}" --save "${SAVE_DIR}" --save-interval "${SAVE_INTERVAL:?SAVE_INTERVAL is required with SAVE_DIR}")
+  # --save-hf: slime writes an HF copy of the actor at every save (save_hf.format(rollout_id=...)); the
+  # last one is the round's fixed checkpoint that SGLang serves to the Analyst's trials, the gate and eval.
+  CKPT_ARGS+=(--load "${SAVE_DIR}" --save "${SAVE_DIR}" --save-interval "${SAVE_INTERVAL:?SAVE_INTERVAL is required with SAVE_DIR}"
+    --save-hf "${SAVE_DIR}/hf/rollout-{rollout_id}")
 fi
 
 # The prompt of each line is a list of chat messages: Qwen3.5 ships a processor config, and slime's

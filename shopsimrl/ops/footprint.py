@@ -4,8 +4,9 @@ Megatron keeps every checkpoint it saves. slime v0.3.1 saves after rollout `i` w
 save_interval == 0` and after the last rollout (`slime.utils.misc.should_run_periodic_action`;
 `tests/ops/test_footprint.py` checks `saves_in_run` against it). One save with the distributed
 optimizer holds, per parameter, the bf16 weights (2 bytes) and the fp32 master copy plus Adam's two
-moments (12 bytes): `SAVE_BYTES_PER_PARAM`. The converted reference checkpoint (`make convert`)
-holds the bf16 weights only.
+moments (12 bytes): `SAVE_BYTES_PER_PARAM`; with `--save-hf` slime also writes an HF copy of the
+bf16 weights at every save (`HF_COPY_BYTES_PER_PARAM`, the launcher's default when it saves). The
+converted reference checkpoint (`make convert`) holds the bf16 weights only.
 
 The parameter count comes from the HF checkpoint's weight files when they are present (bf16, so
 bytes / 2; this includes a vision tower Megatron does not train, so it errs on the safe side), and
@@ -23,6 +24,7 @@ from shopsimrl.ops.model_files import flag_values
 
 SAVE_BYTES_PER_PARAM = 2 + 4 + 4 + 4
 CONVERTED_BYTES_PER_PARAM = 2
+HF_COPY_BYTES_PER_PARAM = 2
 GIB = 2**30
 
 
@@ -33,10 +35,15 @@ class DiskNeed:
     saves: int
     convert_bytes: int  # 0 when the converted checkpoint already exists
     margin_bytes: int
+    hf_copy: bool = False  # --save-hf: an HF copy beside every save
+
+    @property
+    def bytes_per_param(self) -> int:
+        return SAVE_BYTES_PER_PARAM + (HF_COPY_BYTES_PER_PARAM if self.hf_copy else 0)
 
     @property
     def save_bytes(self) -> int:
-        return self.params * SAVE_BYTES_PER_PARAM
+        return self.params * self.bytes_per_param
 
     @property
     def total_bytes(self) -> int:
@@ -45,7 +52,7 @@ class DiskNeed:
     def describe(self) -> str:
         return (
             f"{self.saves} save(s) x {self.save_bytes / GIB:.0f} GiB ({self.params / 1e9:.2f}e9 params from "
-            f"{self.params_source} x {SAVE_BYTES_PER_PARAM} B) + conversion {self.convert_bytes / GIB:.0f} GiB "
+            f"{self.params_source} x {self.bytes_per_param} B{' incl. the HF copy' if self.hf_copy else ''}) + conversion {self.convert_bytes / GIB:.0f} GiB "
             f"+ margin {self.margin_bytes / GIB:.0f} GiB = {self.total_bytes / GIB:.0f} GiB"
         )
 
@@ -104,4 +111,5 @@ def disk_need(argv: Sequence[str], *, margin_gib: float) -> DiskNeed:
         saves=saves_in_run(int(flags["--num-rollout"]), interval),
         convert_bytes=0 if converted else params * CONVERTED_BYTES_PER_PARAM,
         margin_bytes=int(margin_gib * GIB),
+        hf_copy=bool(flags.get("--save-hf")),
     )

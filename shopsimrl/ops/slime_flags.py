@@ -66,6 +66,7 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--load", "resume directory"),
             ("--save", "checkpoint directory (formal runs only)"),
             ("--save-interval", "rollouts between checkpoints"),
+            ("--save-hf", "HF copy at every save (save_hf.format(rollout_id=...)): what SGLang serves to the gate"),
             # data: one JSONL line per ShopSim train task
             ("--prompt-data", "JSONL of ShopSim train tasks"),
             ("--input-key", "prompt field of the JSONL"),

@@ -122,7 +122,9 @@ def test_formal_saves_under_the_round_and_differs_from_smoke_only_in_config():
     assert value_of(formal, "--over-sampling-batch-size") == "32"
     assert value_of(formal, "--rollout-batch-size") == "16"
     # Same flags apart from batch shape/checkpointing: the model and hooks are shared.
-    assert set(flags_in_command(formal)) - set(flags_in_command(smoke)) == {"--load", "--save", "--save-interval"}
+    assert set(flags_in_command(formal)) - set(flags_in_command(smoke)) == {"--load", "--save", "--save-interval", "--save-hf"}
+    # slime formats the pattern with the rollout id: the last save is the round's fixed HF checkpoint.
+    assert value_of(formal, "--save-hf") == str(ROOT / "checkpoints/qwen35-4b-round-003/hf/rollout-{rollout_id}")
     assert set(flags_in_command(smoke)) <= set(flags_in_command(formal))
 
 
