@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shopsimrl.config.files import validation_problem
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
 
@@ -144,7 +145,7 @@ def analysis_config_from_mapping(raw: Any, source: str) -> AnalysisConfig:
     try:
         config = AnalysisConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [_problem(item) for item in exc.errors()]) from None
+        raise ConfigError(source, [validation_problem(item) for item in exc.errors()]) from None
     problems = []
     if config.schema_version != ANALYSIS_CONFIG_SCHEMA_VERSION:
         problems.append(
@@ -179,7 +180,3 @@ def load_round_options(config: AnalysisConfig) -> ShopSimOptions:
     section = {"run_dir": str(config.train_dir), **data[OPTIONS_KEY]}
     return validate_options(section, source)
 
-
-def _problem(item: Any) -> str:
-    location = ".".join(str(part) for part in item["loc"]) or "top level"
-    return f"{location}: {item['msg']}"

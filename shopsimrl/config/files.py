@@ -99,3 +99,9 @@ def parse_json(text: str, source: str) -> Any:
     if duplicates:
         raise ConfigError(source, duplicates)
     return data
+
+
+def validation_problem(error: Any, prefix: str = "") -> str:
+    """One pydantic validation error as "where: what" (`where` dotted; `prefix.where` under a section)."""
+    where = ".".join(str(part) for part in error["loc"]) or "top level"
+    return f"{prefix}.{where}: {error['msg']}" if prefix else f"{where}: {error['msg']}"

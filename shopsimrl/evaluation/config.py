@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from shopsimrl.config.files import load_yaml_file
+from shopsimrl.config.files import load_yaml_file, validation_problem
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.evaluation.episode_config import (
@@ -103,9 +103,5 @@ def load_eval_config(path: str | os.PathLike[str] | None, overrides: dict[str, A
     try:
         return EvalConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [_problem(error) for error in exc.errors()]) from None
+        raise ConfigError(source, [validation_problem(error) for error in exc.errors()]) from None
 
-
-def _problem(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "top level"
-    return f"{where}: {error['msg']}"

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shopsimrl.config.files import validation_problem
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.evaluation.episode_config import (  # re-exported: the gate's YAML sections
@@ -109,9 +110,5 @@ def load_gate_config(path: str | os.PathLike[str], overrides: dict[str, Any] | N
     try:
         return GateConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [_problem(error) for error in exc.errors()]) from None
+        raise ConfigError(source, [validation_problem(error) for error in exc.errors()]) from None
 
-
-def _problem(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "top level"
-    return f"{where}: {error['msg']}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shopsimrl.config.files import load_yaml_file
+from shopsimrl.config.files import load_yaml_file, validation_problem
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
@@ -190,7 +190,7 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, [_problem(item) for item in exc.errors()]) from None
+        raise ConfigError(source, [validation_problem(item) for item in exc.errors()]) from None
     if config.schema_version != CONFIG_SCHEMA_VERSION:
         raise ConfigError(
             source,
@@ -217,7 +217,3 @@ def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | No
         set_dotted(raw, dotted, value, str(path))
     return run_config_from_mapping(raw, str(path))
 
-
-def _problem(item: Any) -> str:
-    location = ".".join(str(part) for part in item["loc"]) or "top level"
-    return f"{location}: {item['msg']}"

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from shopsimrl.analyst.config import AnalysisConfig, analysis_config_from_mapping
-from shopsimrl.config.files import load_yaml_file
+from shopsimrl.config.files import load_yaml_file, validation_problem
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import GateConfig
@@ -132,7 +132,7 @@ class RoundConfig(_Strict):
         try:
             return GateConfig.model_validate(raw)
         except ValidationError as exc:
-            raise ConfigError(f"{self.source} (gate)", [_problem(e, "gate") for e in exc.errors()]) from None
+            raise ConfigError(f"{self.source} (gate)", [validation_problem(e, "gate") for e in exc.errors()]) from None
 
 
 def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
@@ -142,7 +142,7 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
     try:
         config = RoundConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [_problem(e, "") for e in exc.errors()]) from None
+        raise ConfigError(source, [validation_problem(e, "") for e in exc.errors()]) from None
     config._source = source
     problems: list[str] = []
     if config.schema_version != ROUND_CONFIG_SCHEMA_VERSION:
@@ -206,7 +206,3 @@ def _has(mapping: dict[str, Any], dotted: str) -> bool:
         target = target[part]
     return True
 
-
-def _problem(error: Any, prefix: str) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "top level"
-    return f"{prefix}.{where}: {error['msg']}" if prefix else f"{where}: {error['msg']}"
