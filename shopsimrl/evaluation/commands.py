@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -67,29 +66,39 @@ def eval_command(config_path: Path | None, compare_dir: Path | None, sets: tuple
 
 
 def _load_baseline(directory: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+    from shopsimrl.config.files import parse_json, read_config_text
     from shopsimrl.evaluation.report import REPORT_FILE
     from shopsimrl.evaluation.stage import EPISODES_FILE
-    from shopsimrl.storage import read_jsonl
 
     report_path = directory / REPORT_FILE
     if not report_path.is_file():
         raise ConfigError(str(directory), [f"--compare: no {REPORT_FILE} (not a finished evaluation)"])
-    report = json.loads(report_path.read_text(encoding="utf-8"))
-    records = [r for r in read_jsonl(directory / EPISODES_FILE).records if r["status"] == "scored"]
-    return directory, report, records
+    report = parse_json(read_config_text(report_path), str(report_path))
+    return directory, report, _scored(directory / EPISODES_FILE)
+
+
+def _scored(path: Path) -> list[dict[str, Any]]:
+    from shopsimrl.evaluation.runner import EvaluationStatus
+    from shopsimrl.storage import read_jsonl
+
+    try:
+        records = read_jsonl(path).records
+    except (FileNotFoundError, ValueError) as exc:  # missing, or an unreadable line mid-file
+        raise ConfigError(str(path), [f"--compare: {exc}"]) from None
+    return [r for r in records if r.get("status") == EvaluationStatus.SCORED]
 
 
 def _compare(baseline: tuple[Path, dict[str, Any], list[dict[str, Any]]], result: Any, samples: int, seed: int) -> None:
     from shopsimrl.evaluation.report import comparability_problems, compare, comparison_lines
     from shopsimrl.evaluation.stage import EPISODES_FILE
-    from shopsimrl.storage import atomic_write_json, read_jsonl
+    from shopsimrl.storage import atomic_write_json
 
     directory, before, before_records = baseline
     problems = comparability_problems(before, result.report)
     if problems:
         raise click.ClickException(str(ConfigError(f"--compare {directory}", ["plans differ, episodes cannot be paired",
                                                                                *problems])))
-    after_records = [r for r in read_jsonl(result.eval_dir / EPISODES_FILE).records if r["status"] == "scored"]
+    after_records = _scored(result.eval_dir / EPISODES_FILE)
     comparison = compare(before, before_records, result.report, after_records, bootstrap_samples=samples, seed=seed)
     comparison["before"]["eval_dir"] = str(directory)
     comparison["after"]["eval_dir"] = str(result.eval_dir)

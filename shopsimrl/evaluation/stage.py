@@ -12,12 +12,12 @@ evaluation resumes, a changed one never mixes its episodes) -> run the episodes 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.config.files import parse_json, read_config_text
 from shopsimrl.errors import ConfigError
 from shopsimrl.evaluation.config import EvalConfig
 from shopsimrl.evaluation.episode import PlannedEpisode
@@ -117,7 +117,12 @@ def eval_metrics(report: dict[str, Any]) -> dict[str, Any]:
 def _state(path: Path, planned: list[PlannedEpisode]) -> Any:
     from shopsimrl.evaluation.runner import EvaluationState
 
-    return EvaluationState.load(path, [e.key for e in planned], KEY_FIELDS, PLAN_FILE)
+    try:
+        return EvaluationState.load(path, [e.key for e in planned], KEY_FIELDS, PLAN_FILE)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # an unreadable middle line, or an episode of another plan: never guessed past
+        raise ConfigError(str(path), [str(exc), "move the evaluation directory aside to start it again"]) from None
 
 
 def _resolve_checkpoint(checkpoint: str) -> Path:
@@ -148,8 +153,8 @@ def _load_inputs(config: EvalConfig) -> _Inputs:
             resolved = _resolve_checkpoint(config.checkpoint)
             checkpoint, checkpoint_hash = str(resolved), checkpoint_sha256(resolved)
             manifest = resolved / CHECKPOINT_MANIFEST
-            if manifest.is_file():
-                rollout_id = json.loads(manifest.read_text(encoding="utf-8")).get("rollout_id")
+            if manifest.is_file():  # verified just above by checkpoint_sha256, so it parses
+                rollout_id = parse_json(read_config_text(manifest), str(manifest)).get("rollout_id")
         except CheckpointError as exc:
             problems.append(f"checkpoint: {exc}")
     skillbank = empty_skillbank()
@@ -202,7 +207,7 @@ def _register(eval_dir: Path, plan: dict[str, Any]) -> None:
     """Write the plan before the first episode, or refuse a re-run whose plan differs."""
     path = eval_dir / PLAN_FILE
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = parse_json(read_config_text(path), str(path))
         differences = [
             f"{key}: stored {stored.get(key)!r}, now {plan.get(key)!r}"
             for key in sorted(set(stored) | set(plan)) if stored.get(key) != plan.get(key)

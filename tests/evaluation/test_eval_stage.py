@@ -82,6 +82,24 @@ def test_bad_inputs_are_refused_before_any_episode(eval_config, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_corrupt_files_of_an_evaluation_are_refused_naming_them(eval_config):
+    config = load_eval_config(eval_config())
+    result = run_eval(config, echo=_quiet)
+    episodes = result.eval_dir / EPISODES_FILE
+    lines = episodes.read_text(encoding="utf-8").splitlines(keepends=True)
+    # A damaged line in the middle is not an interrupted append: refused, nothing appended after it.
+    episodes.write_text(lines[0] + "{not json\n" + "".join(lines[1:]), encoding="utf-8")
+    before = episodes.read_bytes()
+    with pytest.raises(ConfigError) as torn:
+        run_eval(config, echo=_quiet)
+    assert f"{episodes}:2: unreadable JSONL record" in str(torn.value)
+    assert episodes.read_bytes() == before
+    (result.eval_dir / PLAN_FILE).write_text("{broken", encoding="utf-8")
+    with pytest.raises(ConfigError) as plan:
+        run_eval(config, echo=_quiet)
+    assert str(result.eval_dir / PLAN_FILE) in str(plan.value)
+
+
 def test_no_skills_and_a_chunk_list_change_the_prompt_not_the_seeds(eval_config):
     path = eval_config()
     none = run_eval(load_eval_config(path, {"mask": "none", "name": "none"}), echo=_quiet)
@@ -126,6 +144,12 @@ def test_cli_evaluates_and_compares_two_checkpoints_on_the_same_episodes(eval_co
     other = subprocess.run([*cli, "--name", "other", "--seeds", "1", "--compare", str(before_dir)],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert other.returncode == 1 and "plan.seeds: 2 vs 1" in other.stderr
+    # A damaged baseline is one clear error line, not a traceback.
+    (before_dir / "eval_report.json").write_text("{broken", encoding="utf-8")
+    damaged = subprocess.run([*cli, "--name", "after", "--compare", str(before_dir)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert damaged.returncode == 1 and "Traceback" not in damaged.stderr
+    assert str(before_dir / "eval_report.json") in damaged.stderr
 
 
 def test_eval_help_names_the_outputs():
