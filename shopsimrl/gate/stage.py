@@ -297,7 +297,10 @@ def planned_episodes(design: Design) -> list[PlannedEpisode]:
 
 
 def _state(path: Path, design: Design) -> EvaluationState:
-    return EvaluationState.load(path, design.evaluation_keys(), KEY_FIELDS, MASK_ASSIGNMENTS_FILE)
+    try:
+        return EvaluationState.load(path, design.evaluation_keys(), KEY_FIELDS, MASK_ASSIGNMENTS_FILE)
+    except ValueError as exc:  # an unreadable middle line, or an evaluation of another design: never guessed past
+        raise ConfigError(str(path), [str(exc), "move the gate directory aside to start it again"]) from None
 
 
 def observations(design: Design, final: dict[tuple[str, str], dict[str, Any]], key: str) -> list[PairObservation]:

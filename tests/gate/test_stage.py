@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shopsimrl.errors import ConfigError
 from shopsimrl.evaluation.runner import RunnerAborted
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.gate.design import Design
@@ -74,6 +75,19 @@ def test_complete_gate_writes_every_file_and_a_rerun_changes_nothing(gate_files,
     assert again.complete
     assert len(read_jsonl(gate_dir / "evaluations.jsonl").records) == len(evaluations)  # nothing re-run
     assert (gate_dir / "contributions.json").read_bytes() == before
+
+
+def test_a_damaged_middle_line_of_evaluations_is_refused_naming_the_file(gate_files):
+    config = load_gate_config(gate_files())
+    run_gate(config, echo=_quiet)
+    evaluations = config.gate_dir / "evaluations.jsonl"
+    lines = evaluations.read_text(encoding="utf-8").splitlines(keepends=True)
+    evaluations.write_text(lines[0] + "{not json\n" + "".join(lines[1:]), encoding="utf-8")
+    before = evaluations.read_bytes()
+    with pytest.raises(ConfigError) as refused:
+        run_gate(config, echo=_quiet)
+    assert f"{evaluations}:2: unreadable JSONL record" in str(refused.value)
+    assert evaluations.read_bytes() == before
 
 
 def test_resume_refuses_a_changed_checkpoint_or_design(gate_files, tmp_path, tiny_checkpoint):
