@@ -149,16 +149,36 @@ def run_mode(setup: dict[str, Any], mode: str, groups: int, waves: int) -> tuple
 
 
 def agreement(reference: list[list[Any]], other: list[list[Any]]) -> dict[str, Any]:
-    """Episodes whose every segment has the same tokens; max |log-prob diff| over those episodes."""
-    same, worst = 0, 0.0
-    for a, b in zip(reference, other, strict=True):
-        if [s.tokens for s in a] != [s.tokens for s in b]:
+    """Episodes whose every segment has the same tokens; max |log-prob diff| over those episodes; and,
+    for an episode that differs, where: its first differing response token, what each mode drew
+    there, and the largest log-prob difference on the tokens before it (a float-rounding flip of a
+    sampled token shows a tiny difference before it; a bug shows a large one or none at all)."""
+    same, worst, divergences = 0, 0.0, []
+    for episode, (a, b) in enumerate(zip(reference, other, strict=True)):
+        if [s.tokens for s in a] == [s.tokens for s in b]:
+            same += 1
+            for sa, sb in zip(a, b, strict=True):
+                for x, y in zip(sa.rollout_log_probs, sb.rollout_log_probs, strict=True):
+                    worst = max(worst, abs(x - y))
             continue
-        same += 1
-        for sa, sb in zip(a, b, strict=True):
-            for x, y in zip(sa.rollout_log_probs, sb.rollout_log_probs, strict=True):
-                worst = max(worst, abs(x - y))
-    return {"identical_episodes": same, "episodes": len(reference), "max_abs_logprob_diff": worst}
+        divergences.append(first_divergence(episode, a, b))
+    return {"identical_episodes": same, "episodes": len(reference), "max_abs_logprob_diff": worst,
+            "divergences": divergences}
+
+
+def first_divergence(episode: int, a: list[Any], b: list[Any]) -> dict[str, Any]:
+    before = 0.0
+    for segment, (sa, sb) in enumerate(zip(a, b, strict=False)):
+        prompt = len(sa.tokens) - sa.response_length
+        for k, (x, y) in enumerate(zip(sa.tokens[prompt:], sb.tokens[prompt:], strict=False)):
+            px, py = sa.rollout_log_probs[k], sb.rollout_log_probs[k]
+            if x != y:
+                return {"episode": episode, "segment": segment, "response_token": k,
+                        "uncached": {"token": x, "log_prob": px}, "cached": {"token": y, "log_prob": py},
+                        "max_abs_logprob_diff_before": before}
+            if sa.loss_mask[k]:
+                before = max(before, abs(px - py))
+    return {"episode": episode, "segment": None, "note": "same tokens where both have them; lengths differ"}
 
 
 def main() -> None:

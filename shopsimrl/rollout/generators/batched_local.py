@@ -50,13 +50,8 @@ from typing import Any
 import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
-from shopsimrl.rollout.generators.prefill import (
-    GenerationProfile,
-    Prefill,
-    prefill_cached,
-    prefill_padded,
-    row_layers,
-)
+from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
+from shopsimrl.rollout.generators.prefill import GenerationProfile, prefill_cached, prefill_padded
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
@@ -244,22 +239,22 @@ class BatchedLocalHFGenerator:
         try:
             with torch.inference_mode():
                 started = time.perf_counter()
-                prefill = None
+                inputs = [requests[i].input_ids for i in rows]
+                batch: PaddedBatch | RowBatch | None = None
                 if self._prefix_cache is not None:
                     room = max(requests[i].params.max_new_tokens for i in rows)
-                    inputs = [requests[i].input_ids for i in rows]
-                    prefill = prefill_cached(self.model, inputs, self._prefix_cache, room)
-                    if prefill is None:  # this model's cache layers cannot be cut and stacked
+                    batch = prefill_cached(self.model, inputs, self._prefix_cache, room)
+                    if batch is None:  # this model's cache layers cannot be cut and stacked
                         self._prefix_cache = None
-                if prefill is None:
-                    prefill = prefill_padded(self.model, [requests[i].input_ids for i in rows], self._pad_id())
+                if batch is None:
+                    batch = prefill_padded(self.model, inputs, self._pad_id())
                 prefill_s = time.perf_counter() - started
-                self._decode_steps(requests, rows, rngs, tokens, log_probs, reasons, prefill)
+                self._decode_steps(requests, rows, rngs, tokens, log_probs, reasons, batch)
                 self._profile = self._profile.add(
                     prefill_s=prefill_s,
                     decode_s=time.perf_counter() - started - prefill_s,
-                    prefill_tokens=prefill.encoded_tokens,
-                    reused_tokens=prefill.reused_tokens,
+                    prefill_tokens=batch.encoded_tokens,
+                    reused_tokens=batch.reused_tokens,
                     decode_tokens=sum(len(tokens[i]) for i in rows),
                 )
         finally:
@@ -274,55 +269,38 @@ class BatchedLocalHFGenerator:
         tokens: list[list[int]],
         log_probs: list[list[float]],
         reasons: list[FinishReason],
-        prefill: Prefill,
+        batch: PaddedBatch | RowBatch,
     ) -> None:
         """One decode step per token on the prefilled batch; finished rows leave it (and are stored)."""
-        device = next(self.model.parameters()).device
-        cache, mask, logits = prefill.cache, prefill.mask, prefill.logits
-        lengths = [len(requests[i].input_ids) for i in rows]
-        next_position = torch.tensor(lengths, dtype=torch.long)
-        pads = [mask.shape[1] - n for n in lengths]
-        stop_ids = [self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))]
+        stop_ids = [
+            self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))
+        ]
         while True:
-            keep: list[int] = []
-            next_tokens: list[int] = []
+            finished: list[int] = []
+            going: dict[int, int] = {}  # request index -> the token it feeds next
             for b, i in enumerate(rows):
                 params = requests[i].params
-                token, log_prob = sample_token(logits[b], params, rngs[i])
+                token, log_prob = sample_token(batch.logits[b], params, rngs[i])
                 tokens[i].append(token)
                 log_probs[i].append(log_prob)
                 if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
                     reasons[i] = FinishReason.STOP
+                    finished.append(b)
                 elif len(tokens[i]) < params.max_new_tokens:
-                    keep.append(b)
-                    next_tokens.append(token)
-            if self._prefix_cache is not None:
+                    going[i] = token
+                else:
+                    finished.append(b)
+            if self._prefix_cache is not None and isinstance(batch, RowBatch):
                 # What a finished row has seen (its last token was never fed) serves its next turn.
-                for b, i in enumerate(rows):
-                    if b not in keep:
-                        self._prefix_cache.insert(
-                            requests[i].input_ids + tokens[i][:-1], row_layers(cache, b, pads[b], mask.shape[1])
-                        )
-            if not keep:
+                for b in finished:
+                    i = rows[b]
+                    self._prefix_cache.insert(requests[i].input_ids + tokens[i][:-1], batch.row_layers(b))
+            if not going:
                 return
-            if len(keep) < len(rows):
+            if finished:
                 # A finished row leaves the batch: later steps cost only the rows still going.
-                index = torch.tensor(keep, dtype=torch.long)
-                cache.reorder_cache(index.to(device))  # keeps these rows (Dynamic- and StaticCache)
-                mask = mask[index]
-                next_position = next_position[index]
-                rows = [rows[b] for b in keep]
-                pads = [pads[b] for b in keep]
-            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
-            output = self.model(
-                input_ids=torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None],
-                attention_mask=mask.to(device),
-                position_ids=next_position[:, None].to(device),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = output.logits[:, -1].float().cpu()
-            next_position = next_position + 1
+                rows = [rows[b] for b in batch.drop(finished)]
+            batch.step(self.model, [going[i] for i in rows])
 
     def _pad_id(self) -> int:
         # Padded positions are masked out, so any valid id will do.

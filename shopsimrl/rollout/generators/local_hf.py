@@ -22,9 +22,10 @@ import asyncio
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
-from shopsimrl.rollout.generators.prefill import prefill_cached, row_layers
+from shopsimrl.rollout.generators.prefill import encode_rows, row_layers
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
@@ -106,11 +107,14 @@ class LocalHFGenerator:
 
     def _prefill(self, input_ids: list[int], device: Any) -> tuple[Any, torch.Tensor]:
         if self._prefix_cache is not None:
-            prefill = prefill_cached(self.model, [list(input_ids)], self._prefix_cache, room=None)
-            if prefill is not None:
-                return prefill.cache, prefill.logits[0]
+            encoded = encode_rows(self.model, [list(input_ids)], self._prefix_cache)
+            if encoded is not None:
+                # One sequence decoding alone: a DynamicCache's growth by torch.cat copies little.
+                return DynamicCache(ddp_cache_data=encoded.layers[0]), encoded.logits[0]
             self._prefix_cache = None  # this model's cache layers cannot be cut: encode whole from now on
-        output = self.model(input_ids=torch.tensor([input_ids], device=device), use_cache=True, logits_to_keep=1)
+        output = self.model(
+            input_ids=torch.tensor([input_ids], device=device), use_cache=True, logits_to_keep=1
+        )
         return output.past_key_values, output.logits[0, -1].float().cpu()
 
     def _hits_stop_string(self, token_ids: list[int], stops: tuple[str, ...]) -> bool:

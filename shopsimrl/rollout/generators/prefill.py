@@ -1,16 +1,16 @@
-"""Prefill: the prompts of a batch encoded into one KV cache that the decode steps extend.
+"""Prefill: the prompts of a batch encoded into the KV cache that the decode steps extend.
 
 Two ways, same result within float rounding (docs/rollout.md, "KV reuse"):
 
-* `prefill_padded` (no reuse): one forward over the left-padded prompts, with an attention mask
-  and explicit position ids so a padded row sees exactly the positions it would see alone;
+* `prefill_padded` (no reuse, the path before it): one forward over the left-padded prompts, with
+  an attention mask and explicit position ids so a padded row sees exactly the positions it would
+  see alone; a `PaddedBatch`;
 * `prefill_cached` (prefix reuse): each row looks up the longest cached prefix of its prompt
   (`PrefixCache`), encodes only the rest with that prefix as its `DynamicCache`, and stores the
-  result at once, so a sibling later in the same batch reuses the prompt just encoded. The rows'
-  caches are then left-padded to one width and copied into one `StaticCache` with room for the
-  decode steps: a `DynamicCache` grows by `torch.cat` at every step, which copies the whole batch
-  cache each time (58% of a decode step of 8 rows x 1,500 tokens on SmolLM2-135M, measured with
-  torch.profiler); a `StaticCache` writes each new token in place.
+  result at once, so a sibling later in the same batch reuses the prompt just encoded (an identical
+  prompt reuses the whole forward). The rows' caches are copied once into a `RowCache` with room
+  for the decode steps, where each row attends to its own span (a `RowBatch`, row_cache.py).
+  `encode_rows` is its first half; `LocalHFGenerator` decodes its single row from it directly.
 
 `GenerationProfile` adds up where the model time went: prefill vs decode seconds and tokens.
 """
@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, StaticCache
+from transformers.cache_utils import Cache
 
+from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
 from shopsimrl.rollout.generators.prefix_cache import (
     LayerKV,
     PrefixCache,
@@ -29,6 +30,7 @@ from shopsimrl.rollout.generators.prefix_cache import (
     cache_layers,
     supports,
 )
+from shopsimrl.rollout.generators.row_cache import RowCache
 
 
 @dataclass(frozen=True)
@@ -48,17 +50,16 @@ class GenerationProfile:
 
 
 @dataclass
-class Prefill:
-    """The batch after its prompts: cache, attention mask [rows, width], last-position logits (float32, CPU)."""
+class EncodedRows:
+    """Each row's full KV cache (batch 1, per layer) and last-position logits (float32, CPU)."""
 
-    cache: Cache
-    mask: torch.Tensor
+    layers: list[list[LayerKV]]
     logits: torch.Tensor
     encoded_tokens: int
     reused_tokens: int
 
 
-def prefill_padded(model: torch.nn.Module, inputs: list[list[int]], pad_id: int) -> Prefill:
+def prefill_padded(model: torch.nn.Module, inputs: list[list[int]], pad_id: int) -> PaddedBatch:
     device = next(model.parameters()).device
     lengths = [len(ids) for ids in inputs]
     width = max(lengths)
@@ -77,21 +78,42 @@ def prefill_padded(model: torch.nn.Module, inputs: list[list[int]], pad_id: int)
         logits_to_keep=1,
     )
     logits = output.logits[:, -1].float().cpu()
-    return Prefill(output.past_key_values, mask, logits, encoded_tokens=sum(lengths), reused_tokens=0)
+    return PaddedBatch(output.past_key_values, mask, lengths, logits, encoded_tokens=sum(lengths))
 
 
 def prefill_cached(
-    model: torch.nn.Module, inputs: list[list[int]], store: PrefixCache, room: int | None
-) -> Prefill | None:
-    """`room`: decode steps the returned `StaticCache` must hold; None returns a `DynamicCache` (one
-    sequence decoding alone copies little per step). None when the model's cache is not a plain
-    `DynamicCache` (nothing is stored then)."""
+    model: torch.nn.Module, inputs: list[list[int]], store: PrefixCache, room: int
+) -> RowBatch | None:
+    """The rows in a `RowCache` with `room` columns to decode into; None when the model's cache
+    cannot be cut and stacked (nothing is stored then)."""
+    encoded = encode_rows(model, inputs, store)
+    if encoded is None:
+        return None
+    return RowBatch(
+        RowCache(encoded.layers, room),
+        [len(ids) for ids in inputs],
+        encoded.logits,
+        encoded_tokens=encoded.encoded_tokens,
+        reused_tokens=encoded.reused_tokens,
+    )
+
+
+def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCache) -> EncodedRows | None:
+    """Each input encoded after its longest cached prefix and stored at once; None when the model's
+    cache is not a plain `DynamicCache`."""
     device = next(model.parameters()).device
     store.check_weights(model)
     rows: list[list[LayerKV]] = []
     logits: list[torch.Tensor] = []
     encoded = reused_total = 0
+    seen: dict[tuple[int, ...], int] = {}  # siblings' identical first prompts share one forward
     for ids in inputs:
+        same = seen.get(tuple(ids))
+        if same is not None:
+            rows.append(rows[same])
+            logits.append(logits[same])
+            reused_total += len(ids)
+            continue
         prefix, reused = store.lookup(ids)
         output = model(
             input_ids=torch.tensor([ids[reused:]], dtype=torch.long, device=device),
@@ -104,33 +126,12 @@ def prefill_cached(
             return None
         layers = cache_layers(output.past_key_values)
         store.insert(ids, layers)
+        seen[tuple(ids)] = len(rows)
         rows.append(layers)
         logits.append(output.logits[0, -1].float().cpu())
         encoded += len(ids) - reused
         reused_total += reused
-    width = max(len(ids) for ids in inputs)
-    mask = torch.zeros((len(inputs), width), dtype=torch.long)
-    for b, ids in enumerate(inputs):
-        mask[b, width - len(ids) :] = 1
-    stacked = [_stack([row[layer] for row in rows], width) for layer in range(len(rows[0]))]
-    if room is None:
-        cache: Cache = DynamicCache(ddp_cache_data=stacked)
-    else:
-        cache = StaticCache(config=model.config, max_cache_len=width + room)
-        for layer, (keys, values) in enumerate(stacked):
-            cache.update(keys, values, layer)
-    return Prefill(cache, mask, torch.stack(logits), encoded, reused_total)
-
-
-def _stack(rows: list[LayerKV], width: int) -> LayerKV:
-    """One layer's keys and values of every row, left-padded with zeros (masked out) to `width`."""
-    first_keys, first_values = rows[0]
-    keys = first_keys.new_zeros((len(rows), first_keys.shape[1], width, first_keys.shape[3]))
-    values = first_values.new_zeros((len(rows), first_values.shape[1], width, first_values.shape[3]))
-    for b, (k, v) in enumerate(rows):
-        keys[b, :, width - k.shape[-2] :] = k[0]
-        values[b, :, width - v.shape[-2] :] = v[0]
-    return keys, values
+    return EncodedRows(rows, torch.stack(logits), encoded, reused_total)
 
 
 def row_layers(cache: Cache, row: int, start: int, end: int) -> list[LayerKV]:

@@ -1,7 +1,8 @@
 """Sampling shared by the local generators: SGLang-style params, stop ids, one token draw.
 
 The log-prob of a drawn token is `log_softmax(logits / temperature)` over the full vocabulary
-(temperature 1 when greedy); top-p/top-k only choose the token (see local_hf.py for why).
+(temperature 1 when greedy); top-p/top-k only choose the token (see local_hf.py for why). A token
+is drawn by inverting the cumulative weights at one uniform from the row's own generator (`draw`).
 """
 
 from __future__ import annotations
@@ -93,5 +94,18 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, rng: torch.Genera
         drop_sorted = (cumulative - sorted_weights / sorted_weights.sum()) >= params.top_p
         weights = weights.clone()
         weights[order[drop_sorted]] = 0.0
-    token = int(torch.multinomial(weights, 1, generator=rng))
+    token = draw(weights, rng)
     return token, float(log_dist[token])
+
+
+def draw(weights: torch.Tensor, rng: torch.Generator) -> int:
+    """One index with probability proportional to `weights` (>= 0, some > 0), by inverting the CDF at
+    one uniform from `rng`. Exact like `torch.multinomial`, and ~20x cheaper over a 49k vocabulary on
+    one CPU thread (torch.multinomial: 1.5 ms a draw, 3.5 s of the demo's first rollout)."""
+    cumulative = torch.cumsum(weights, dim=0, dtype=torch.float64)
+    target = torch.rand((), generator=rng, dtype=torch.float64) * cumulative[-1]
+    # right=True: the first index whose cumulative weight exceeds the target, never a zero-weight one
+    index = int(torch.searchsorted(cumulative, target, right=True))
+    if index >= weights.numel():  # target rounded up to the total: the last token that has weight
+        index = int(torch.nonzero(weights)[-1, 0])
+    return index

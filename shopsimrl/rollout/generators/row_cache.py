@@ -1,0 +1,187 @@
+"""`RowCache`: the KV cache of a decoding batch whose rows have different lengths, attended row by row.
+
+The rows of a batch are an episode's next turn each, from a few hundred to a few thousand tokens.
+A left-padded batch cache makes every row attend over the longest row's width (and a `StaticCache`
+over its spare room too), masked: on the demo's rollouts 35-45% of the attention work of a decode
+step was padding. Here each row attends to its own span only:
+
+* keys and values live in one preallocated buffer per layer, `[rows, kv_heads, width + room, head_dim]`;
+  row b's prompt is written right-aligned at `[start_b, width)` and every decode step writes one
+  column for all rows in place (no `torch.cat`, no zero fill: nothing outside a row's span is read);
+* the attention (`row_attention`, registered with transformers under `ROW_ATTENTION`) calls SDPA once
+  per row on the views `[start_b, filled)`, with no mask: a decode query sees all of its row's past
+  (a model that does not call it from every layer is refused, see `RowSpans`);
+* a finished row leaves the batch by swap-remove: the last row's columns move into its slot and the
+  buffers are narrowed (one row copied, not the whole cache as `reorder_cache` does).
+
+Same numbers as the masked batch up to float rounding (masked scores contribute exp(-inf) = 0 there);
+tests/rollout/test_rollout_row_cache.py compares both, on a grouped-query-attention model too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from shopsimrl.rollout.generators.prefix_cache import LayerKV
+
+ROW_ATTENTION = "shopsim_rows"
+ROW_SPANS = "shopsim_row_spans"  # the forward kwarg that carries the `RowSpans`
+
+
+class RowSpans:
+    """Each row's first column, passed through the model's forward to `row_attention`, which counts
+    its calls: a model whose layers do not route attention through transformers' `AttentionInterface`
+    would silently attend over unwritten columns instead."""
+
+    def __init__(self, starts: list[int]):
+        self.starts = starts
+        self.calls = 0
+
+
+class RowLayer(CacheLayerMixin):
+    """One layer's buffers; `keys`/`values` are the views over the columns written so far."""
+
+    is_sliding = False
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int):
+        super().__init__()
+        self._key_buffer, self._value_buffer = keys, values
+        self.filled = filled
+        self.is_initialized = True
+        self._narrow()
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise RuntimeError("a RowLayer is created with its buffers")
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> LayerKV:
+        end = self.filled + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            raise RuntimeError(
+                f"RowCache is full: {end} columns needed, {self._key_buffer.shape[-2]} allocated"
+            )
+        self._key_buffer[:, :, self.filled : end] = key_states
+        self._value_buffer[:, :, self.filled : end] = value_states
+        self.filled = end
+        self._narrow()
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.filled + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.filled
+
+    def get_max_length(self) -> int:
+        return self._key_buffer.shape[-2]
+
+    def move_row(self, source: int, target: int) -> None:
+        self._key_buffer[target, :, : self.filled] = self._key_buffer[source, :, : self.filled]
+        self._value_buffer[target, :, : self.filled] = self._value_buffer[source, :, : self.filled]
+
+    def keep_first(self, rows: int) -> None:
+        self._key_buffer, self._value_buffer = self._key_buffer[:rows], self._value_buffer[:rows]
+        self._narrow()
+
+    def _narrow(self) -> None:
+        self.keys = self._key_buffer[:, :, : self.filled]
+        self.values = self._value_buffer[:, :, : self.filled]
+
+
+class RowCache(Cache):
+    """Rows of different lengths, right-aligned at one column, with `room` columns to decode into."""
+
+    def __init__(self, rows: list[list[LayerKV]], room: int):
+        if not rows:
+            raise ValueError("a RowCache needs at least one row")
+        width = max(row[0][0].shape[-2] for row in rows)
+        layers = []
+        for layer in range(len(rows[0])):
+            keys0, values0 = rows[0][layer]
+            # empty, not zeros: a row's attention never reads outside its own span
+            keys = keys0.new_empty((len(rows), keys0.shape[1], width + room, keys0.shape[3]))
+            values = values0.new_empty((len(rows), values0.shape[1], width + room, values0.shape[3]))
+            for b, row in enumerate(rows):
+                row_keys, row_values = row[layer]
+                keys[b, :, width - row_keys.shape[-2] : width] = row_keys[0]
+                values[b, :, width - row_values.shape[-2] : width] = row_values[0]
+            layers.append(RowLayer(keys, values, filled=width))
+        super().__init__(layers=layers)
+        self.starts = [width - row[0][0].shape[-2] for row in rows]
+
+    def drop(self, rows: list[int]) -> list[int]:
+        """Remove these rows; returns the old row indices in their new order (swap-remove moves the
+        last row into a freed slot)."""
+        order = list(range(len(self.starts)))
+        for row in sorted(set(rows), reverse=True):
+            last = len(order) - 1
+            if row != last:
+                for layer in self.layers:
+                    layer.move_row(last, row)
+                order[row], self.starts[row] = order[last], self.starts[last]
+            order.pop()
+            self.starts.pop()
+        for layer in self.layers:
+            layer.keep_first(len(order))
+        return order
+
+    def row_layers(self, row: int) -> list[LayerKV]:
+        """Owned copies of one row's keys and values (its whole span, for the prefix cache)."""
+        start = self.starts[row]
+        return [
+            (layer.keys[row : row + 1, :, start:].clone(), layer.values[row : row + 1, :, start:].clone())
+            for layer in self.layers
+        ]
+
+
+def row_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """One decode query per row over that row's own span `[start, filled)` (module doc)."""
+    spans = kwargs.get(ROW_SPANS)
+    if not isinstance(spans, RowSpans) or query.shape[2] != 1:
+        raise RuntimeError(
+            f"{ROW_ATTENTION} attention decodes one token per row with {ROW_SPANS}=RowSpans(...)"
+        )
+    spans.calls += 1
+    batch, heads, _, head_dim = query.shape
+    kv_heads = key.shape[1]
+    output = query.new_empty((batch, heads, head_dim))
+    for b, start in enumerate(spans.starts):
+        # grouped-query attention: the query heads sharing a key head become that head's "query rows"
+        grouped = query[b].reshape(1, kv_heads, heads // kv_heads, head_dim)
+        attended = F.scaled_dot_product_attention(
+            grouped, key[b : b + 1, :, start:], value[b : b + 1, :, start:], scale=scaling
+        )
+        output[b] = attended.reshape(heads, head_dim)
+    return output[:, None], None  # [batch, query length 1, heads, head_dim], as the other backends return
+
+
+AttentionInterface.register(ROW_ATTENTION, row_attention)
+
+
+@contextmanager
+def attending_by_rows(model: torch.nn.Module) -> Iterator[None]:
+    """The model's attention layers use `row_attention` inside the block (one decode step)."""
+    config = model.config
+    previous = config._attn_implementation
+    config._attn_implementation = ROW_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous

@@ -1,0 +1,134 @@
+"""RowCache and row-by-row attention against the left-padded, masked batch they replace, on tiny models.
+
+Tolerance: logits within 1e-4 (float32). Both compute the same attention over each row's real
+tokens; the masked batch adds exp(-inf) = 0 terms for its padding, so they differ by float rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from shopsimrl.models import tiny_model, tiny_tokenizer
+from shopsimrl.rollout.generators.decode_batch import RowBatch
+from shopsimrl.rollout.generators.prefill import prefill_cached, prefill_padded
+from shopsimrl.rollout.generators.prefix_cache import PrefixCache
+from shopsimrl.rollout.generators.row_cache import ROW_ATTENTION, RowCache, attending_by_rows
+from shopsimrl.rollout.generators.sampling import draw
+
+LOGIT_TOL = 1e-4
+
+
+def _grouped_query_model(vocab: int) -> LlamaForCausalLM:
+    """8 query heads sharing 2 key/value heads, as SmolLM2 (9 on 3) and Qwen do."""
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module", params=["multi-head", "grouped-query"])
+def model(request):
+    tokenizer = tiny_tokenizer()
+    if request.param == "multi-head":
+        return tiny_model(tokenizer, seed=0).eval()
+    return _grouped_query_model(len(tokenizer))
+
+
+def _prompts() -> list[list[int]]:
+    generator = torch.Generator().manual_seed(0)
+    lengths = [37, 5, 90, 12, 61]  # every row but the longest is padded in the masked batch
+    return [torch.randint(3, 250, (n,), generator=generator).tolist() for n in lengths]
+
+
+def test_row_batch_decodes_what_the_masked_batch_decodes_as_rows_leave(model):
+    prompts = _prompts()
+    feed = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        rows = prefill_cached(model, prompts, PrefixCache(), room=12)
+        padded = prefill_padded(model, prompts, pad_id=0)
+        assert rows.logits == pytest.approx(padded.logits, abs=LOGIT_TOL)
+        alive = list(range(len(prompts)))  # prompt index of each row, in the row batch's order
+        alive_padded = list(range(len(prompts)))
+        leaving = {3: [1], 6: [0, 4], 9: [2]}  # step -> prompts that finish there
+        for step in range(11):
+            if step in leaving:
+                alive = [alive[b] for b in rows.drop([alive.index(p) for p in leaving[step]])]
+                alive_padded = [alive_padded[b] for b in padded.drop([alive_padded.index(p) for p in leaving[step]])]
+            tokens = torch.randint(3, 250, (len(prompts),), generator=feed).tolist()
+            rows.step(model, [tokens[p] for p in alive])
+            padded.step(model, [tokens[p] for p in alive_padded])
+            by_prompt = dict(zip(alive_padded, padded.logits, strict=True))
+            for b, p in enumerate(alive):
+                assert rows.logits[b] == pytest.approx(by_prompt[p], abs=LOGIT_TOL), (step, p)
+        assert sorted(alive) == [3]
+
+
+def test_a_row_keeps_exactly_what_it_has_seen(model):
+    """After swap-removes, `row_layers` is that row's cache alone: a batch built from it continues
+    exactly as the full batch does, and as encoding the row's tokens from scratch does."""
+    prompts = _prompts()
+    with torch.inference_mode():
+        batch = prefill_cached(model, prompts, PrefixCache(), room=4)
+        batch.step(model, [7, 8, 9, 10, 11])
+        # swap-remove, highest first: prompt 4 moves into slot 2, then prompt 3 into slot 0
+        assert batch.drop([0, 2]) == [3, 1, 4]
+        kept = batch.row_layers(2)
+        assert [k.shape[-2] for k, _ in kept] == [len(prompts[4]) + 1] * len(kept)
+        alone = RowBatch(RowCache([kept], room=2), [len(prompts[4]) + 1], batch.logits[2:],
+                         encoded_tokens=0, reused_tokens=0)
+        batch.step(model, [13, 14, 12])
+        alone.step(model, [12])
+        reference = prefill_padded(model, [prompts[4] + [11, 12]], pad_id=0)
+        assert alone.logits[0] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
+        assert batch.logits[2] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
+
+
+def test_row_attention_only_decodes_and_the_attention_setting_is_restored(model):
+    before = model.config._attn_implementation
+    with pytest.raises(RuntimeError, match="decodes one token per row"):
+        with attending_by_rows(model):
+            assert model.config._attn_implementation == ROW_ATTENTION
+            model(input_ids=torch.tensor([[5, 6, 7]]))  # a prompt is not a decode step
+    assert model.config._attn_implementation == before
+    with pytest.raises(ValueError, match="at least one row"):
+        RowCache([], room=1)
+
+
+def test_a_full_row_cache_says_so(model):
+    with torch.inference_mode():
+        batch = prefill_cached(model, [[5, 6, 7]], PrefixCache(), room=1)
+        batch.step(model, [8])
+        with pytest.raises(RuntimeError, match="RowCache is full: 5 columns needed, 4 allocated"):
+            batch.step(model, [9])
+
+
+def test_draw_follows_the_weights_and_never_picks_a_zero_weight():
+    weights = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0, 0.0])
+    rng = torch.Generator().manual_seed(0)
+    draws = 20_000
+    counts = torch.bincount(torch.tensor([draw(weights, rng) for _ in range(draws)]), minlength=7)
+    assert counts[[0, 2, 5, 6]].sum() == 0
+    # 5 binomial standard deviations of a frequency at p = 0.5 and 20,000 draws: 0.018
+    assert (counts.float() / draws)[[1, 3, 4]] == pytest.approx([0.5, 0.3, 0.2], abs=0.018)
+    first, second = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert [draw(weights, first) for _ in range(50)] == [draw(weights, second) for _ in range(50)]
+
+
+def test_a_layer_that_bypasses_row_attention_is_refused():
+    """A layer that attends its own way (here: a config of its own that keeps SDPA) would read the
+    unwritten columns outside its rows' spans; the step says so instead of returning its logits."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, seed=0).eval()
+    attention = model.model.layers[1].self_attn
+    attention.config = copy.deepcopy(attention.config)
+    with torch.inference_mode():
+        batch = prefill_cached(model, _prompts(), PrefixCache(), room=2)
+        with pytest.raises(RuntimeError, match=r"LlamaForCausalLM ran row attention in 1 of 2 layers"):
+            batch.step(model, [5, 6, 7, 8, 9])
