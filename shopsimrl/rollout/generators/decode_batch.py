@@ -51,7 +51,8 @@ class PaddedBatch:
 
     def drop(self, rows: list[int]) -> list[int]:
         """Remove these rows; returns the old indices of the rows left, in their new order."""
-        order = [b for b in range(len(self.positions)) if b not in set(rows)]
+        leaving = set(rows)
+        order = [b for b in range(len(self.positions)) if b not in leaving]
         index = torch.tensor(order, dtype=torch.long)
         self.cache.reorder_cache(index.to(self.mask.device))  # keeps these rows
         self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]

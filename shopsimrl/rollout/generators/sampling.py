@@ -2,7 +2,7 @@
 
 The log-prob of a drawn token is `log_softmax(logits / temperature)` over the full vocabulary
 (temperature 1 when greedy); top-p/top-k only choose the token (see local_hf.py for why). A token
-is drawn by inverting the cumulative weights at one uniform from the row's own generator (`draw`).
+is drawn from the row's own generator by the Gumbel-max trick (`draw`).
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, rng: torch.Genera
 
 
 def draw(weights: torch.Tensor, rng: torch.Generator) -> int:
-    """One index with probability proportional to `weights` (>= 0, some > 0), by inverting the CDF at
-    one uniform from `rng`. Exact like `torch.multinomial`, and ~20x cheaper over a 49k vocabulary on
-    one CPU thread (torch.multinomial: 1.5 ms a draw, 3.5 s of the demo's first rollout)."""
-    cumulative = torch.cumsum(weights, dim=0, dtype=torch.float64)
-    target = torch.rand((), generator=rng, dtype=torch.float64) * cumulative[-1]
-    # right=True: the first index whose cumulative weight exceeds the target, never a zero-weight one
-    index = int(torch.searchsorted(cumulative, target, right=True))
-    if index >= weights.numel():  # target rounded up to the total: the last token that has weight
-        index = int(torch.nonzero(weights)[-1, 0])
-    return index
+    """One index with probability proportional to `weights` (>= 0, some > 0), by the Gumbel-max trick:
+    the argmax of log(weight) plus one Gumbel noise per index from `rng`. Exact like
+    `torch.multinomial` and ~3x cheaper over a 49k vocabulary on one CPU thread (0.4 ms against 1.3 ms).
+    Chosen over inverting the cumulative weights (0.06 ms) because it is robust to float rounding:
+    logits that differ in the last bits (cached vs uncached decode) change the drawn index only at a
+    near-tie of the two best scores, whereas a cumulative sum over 49k entries drifts by more than a
+    tail token's width (bench_rollout saw a tail token, log-prob -11.5, flip that way)."""
+    uniform = torch.rand(weights.shape, generator=rng, dtype=weights.dtype)
+    # a zero weight scores -inf and is never drawn; a uniform of exactly 0 scores -inf too
+    return int(torch.argmax(torch.log(weights) - torch.log(-torch.log(uniform))))
