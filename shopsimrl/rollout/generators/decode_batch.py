@@ -4,7 +4,8 @@ how many prompt tokens the prefill encoded or reused).
 Two kinds, one interface (`step`, `drop`), so the decode loop does not care which prefill made them:
 
 * `PaddedBatch`: the left-padded prompts encoded whole into one `DynamicCache` with an attention
-  mask (no KV reuse: the path before it, kept for bench/bench_rollout.py). A step grows the cache by
+  mask (no KV reuse: the path before it, kept for bench/bench_rollout.py and for models whose cache
+  layers cannot be cut and stacked, see prefix_cache.supports). A step grows the cache by
   `torch.cat` and attends over the padded width; a finished row leaves by `reorder_cache`.
 * `RowBatch`: the rows' caches (mostly reused from the `PrefixCache`) in a `RowCache`, each row
   attending to its own span only; a finished row leaves by swap-remove (row_cache.py).
