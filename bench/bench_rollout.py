@@ -133,6 +133,8 @@ def run_mode(setup: dict[str, Any], mode: str, groups: int, waves: int) -> tuple
         "sample_tok_per_s": sample_tokens / wall,
         "generated_tokens": profile.decode_tokens,
         "generated_tok_per_s": profile.decode_tokens / wall,
+        "decode_steps": profile.decode_steps,
+        "rows_per_decode_step": (profile.decode_tokens - generator.stats.requests) / max(profile.decode_steps, 1),
         "prefill_s": profile.prefill_s,
         "decode_s": profile.decode_s,
         "rest_s": wall - profile.prefill_s - profile.decode_s,

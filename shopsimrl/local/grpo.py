@@ -203,12 +203,17 @@ def score_responses(
     temperature: float,
     with_entropy: bool,
     entropy_grad: bool = False,
+    loss_positions_only: bool = False,
 ) -> ScoredResponses:
     """Log-probs (and entropy) of the response tokens of `items[indices]`.
 
     One padded forward pass, or, when the samples share a prompt prefix (the n samples of a group),
     the prefix once and the remainders on top of its KV cache (far fewer tokens through the model).
-    The vocabulary projection is applied at response positions only.
+    The vocabulary projection is applied at response positions only; with `loss_positions_only`, at
+    the positions whose loss mask is 1 only, and the others score 0. Every loss and metric of a step
+    multiplies by the loss mask, so they are unchanged, while the projection and the softmax over
+    ~49k entries skip the tool observations, most of a multi-turn sample's response (on the demo's
+    rollouts ~80% of response tokens; docs/local_backend.md).
 
     Gradients flow into `log_probs` when grad mode is on; entropy carries gradients only with
     `entropy_grad` (it is a metric unless `entropy_coef > 0`).
@@ -224,17 +229,29 @@ def score_responses(
         selected = _hidden_with_shared_prefix(model, items, indices, prefix, device)
     else:
         selected = _hidden_padded(model, items, indices, device)
-    logits = model.get_output_embeddings()(selected).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_dist = torch.log_softmax(logits, dim=-1)
     target_ids = torch.tensor(targets, device=device)
-    token_log_probs = log_dist.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)
+    keep = None
+    if loss_positions_only:
+        keep = torch.tensor([bool(v) for i in indices for v in items[i].loss_mask], device=device)
+        selected, target_ids = selected[keep], target_ids[keep]
+    if temperature != 1.0:
+        # softmax(W h / T) = softmax(W (h / T)): dividing the hidden states costs 1/85 of the logits
+        selected = selected / temperature
+    logits = model.get_output_embeddings()(selected).float()
+    log_dist = torch.log_softmax(logits, dim=-1)
+    token_log_probs = _at_response_positions(log_dist.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1), keep)
     entropy = None
     if with_entropy:
         source = log_dist if entropy_grad else log_dist.detach()
-        entropy = list((-(source.exp() * source).sum(-1)).split(sizes))
+        entropy = list(_at_response_positions(-(source.exp() * source).sum(-1), keep).split(sizes))
     return ScoredResponses(list(token_log_probs.split(sizes)), entropy)
+
+
+def _at_response_positions(values: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """`values` of the kept positions spread over all response positions (0 elsewhere; differentiable)."""
+    if keep is None:
+        return values
+    return values.new_zeros(keep.shape).masked_scatter(keep, values)
 
 
 MIN_SHARED_PREFIX = 16  # below this, one padded pass is as cheap as the two-pass prefix path
@@ -356,7 +373,12 @@ class GrpoTrainer:
         with torch.no_grad():
             for batch in micro_batches(items, indices, self.config.max_tokens_per_microbatch):
                 scored = score_responses(
-                    model, items, batch, temperature=self.config.rollout_temperature, with_entropy=False
+                    model,
+                    items,
+                    batch,
+                    temperature=self.config.rollout_temperature,
+                    with_entropy=False,
+                    loss_positions_only=True,
                 )
                 out.update(zip(batch, scored.log_probs, strict=True))
         return out
@@ -425,14 +447,18 @@ class GrpoTrainer:
                 temperature=cfg.rollout_temperature,
                 with_entropy=True,
                 entropy_grad=cfg.entropy_coef != 0.0,
+                loss_positions_only=True,
             )
             has_rollout_lp = all(items[i].rollout_log_probs is not None for i in step)
             inputs = StepLossInputs(
                 log_probs=scored.log_probs,
-                old_log_probs=[old[i] if i in old else lp.detach() for i, lp in zip(batch, scored.log_probs, strict=True)],
+                old_log_probs=[
+                    old[i] if i in old else lp.detach() for i, lp in zip(batch, scored.log_probs, strict=True)
+                ],
                 advantages=[items[i].advantage for i in batch],
                 loss_masks=[
-                    torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32, device=device) for i in batch
+                    torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32, device=device)
+                    for i in batch
                 ],
                 rollout_mask_sums=[mask_sums[i] for i in batch],
                 num_rollouts=num_rollouts,

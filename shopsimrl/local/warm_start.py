@@ -140,7 +140,9 @@ def sft_step(model: Any, items: Sequence[TrainItem], max_tokens: int) -> float:
     total_tokens = float(sum(sum(item.loss_mask) for item in items))
     loss_value = 0.0
     for batch in micro_batches(items, range(len(items)), max_tokens):
-        scored = score_responses(model, items, batch, temperature=1.0, with_entropy=False)
+        scored = score_responses(
+            model, items, batch, temperature=1.0, with_entropy=False, loss_positions_only=True
+        )
         nll = (
             sum(
                 -(lp * torch.as_tensor(list(items[i].loss_mask), dtype=lp.dtype)).sum()

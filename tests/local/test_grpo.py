@@ -301,3 +301,51 @@ def test_shared_prompt_prefix_pass_equals_the_padded_pass_values_and_gradients()
                 float(torch.log_softmax(logits[n - r + j - 1], -1)[item.tokens[n - r + j]]) for j in range(r)
             ]
             assert via_api.log_probs[row].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+def test_scoring_only_the_loss_positions_changes_no_loss_and_no_gradient() -> None:
+    """Multi-turn samples: most response tokens are tool observations (loss mask 0). Scoring only the
+    mask-1 positions gives the same log-probs and entropy there (0 elsewhere), hence the same step
+    loss, metrics and gradients as scoring every response position. Tolerance 1e-6: the temperature
+    divides the hidden states instead of the logits, a float-rounding change."""
+    tok = tiny_tokenizer()
+    items = [
+        _item(list(range(40, 60)), 12, "a", adv=0.7, mask=[1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1]),
+        _item(list(range(40, 52)) + [90, 91, 92, 93, 94], 9, "b", adv=-1.1, mask=[0, 1, 1, 0, 0, 0, 0, 1, 1]),
+    ]
+    config = GrpoConfig(entropy_coef=0.01)  # entropy carries gradients too
+
+    def step(loss_positions_only: bool):
+        model = tiny_model(tok, seed=3)
+        scored = score_responses(
+            model, items, [0, 1], temperature=0.7, with_entropy=True, entropy_grad=True,
+            loss_positions_only=loss_positions_only,
+        )
+        masks = [torch.tensor(item.loss_mask, dtype=torch.float32) for item in items]
+        loss, metrics = policy_loss(
+            StepLossInputs(
+                log_probs=scored.log_probs,
+                old_log_probs=[(lp.detach() - 0.05 * mask) for lp, mask in zip(scored.log_probs, masks, strict=True)],
+                advantages=[item.advantage for item in items],
+                loss_masks=masks,
+                rollout_mask_sums=[float(sum(item.loss_mask)) for item in items],
+                num_rollouts=2,
+                entropy=scored.entropy,
+            ),
+            config,
+        )
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return scored, metrics, grads
+
+    full, full_metrics, full_grads = step(False)
+    only, only_metrics, only_grads = step(True)
+    for item, a, b, ea, eb in zip(items, full.log_probs, only.log_probs, full.entropy, only.entropy, strict=True):
+        keep = torch.tensor(item.loss_mask, dtype=torch.bool)
+        torch.testing.assert_close(b[keep], a[keep].detach(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(eb[keep], ea[keep].detach(), atol=1e-6, rtol=0)
+        assert b[~keep].abs().sum() == 0 and eb[~keep].abs().sum() == 0
+    assert only_metrics == pytest.approx(full_metrics, abs=1e-6)
+    assert len(only_grads) == len(full_grads) > 0
+    for a, b in zip(full_grads, only_grads, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)

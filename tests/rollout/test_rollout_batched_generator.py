@@ -279,3 +279,35 @@ def test_concurrent_agent_episodes_share_batches_and_equal_sequential_local_hf(t
         assert mine.messages == reference.messages
     # Different instructions, different prompt lengths: the batches were left-padded.
     assert len({len(t.segments[0].prompt_ids) for t in together}) == 4
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0}, {"temperature": 1.0}], ids=["greedy", "seeded-stream"])
+def test_a_callers_next_request_joins_the_running_batch(setup, params):
+    """Continuous batching: a caller whose turn ended sends its next request while a longer row still
+    decodes; with KV reuse it joins that batch instead of waiting for it (one decode step fewer here),
+    and every caller gets what the batch-by-batch path (no KV reuse) gives it, stream for stream."""
+    tokenizer, model = setup
+    short, long = {**params, "max_new_tokens": 2}, {**params, "max_new_tokens": 12}
+
+    def run(generator):
+        async def two_turns():
+            first = await generator.generate(PROMPTS[0], short)
+            second = await generator.generate(PROMPTS[0] + first.token_ids + PROMPTS[2], short)
+            return [first, second]
+
+        async def main():
+            turns, other = await asyncio.gather(two_turns(), generator.generate(PROMPTS[1], long))
+            return [*turns, other]
+
+        return asyncio.run(main())
+
+    continuous = BatchedLocalHFGenerator(model, tokenizer, seed=5)
+    by_batch = BatchedLocalHFGenerator(model, tokenizer, seed=5, prefix_cache=False)
+    joined, waited = run(continuous), run(by_batch)
+    assert [len(r.token_ids) for r in waited] == [2, 2, 12]  # the scenario: no row stopped early
+    assert [r.token_ids for r in joined] == [r.token_ids for r in waited]
+    for mine, reference in zip(joined, waited, strict=True):
+        assert mine.log_probs == pytest.approx(reference.log_probs, abs=1e-4)
+    # 12 tokens of the long row take 11 steps; the second turn's 2 tokens rode along with them.
+    assert (continuous.profile.decode_steps, by_batch.profile.decode_steps) == (11, 12)
+    assert continuous.stats == by_batch.stats == BatchStats(batches=2, requests=3, largest=2)

@@ -89,7 +89,7 @@ def test_cached_batched_episodes_equal_uncached_and_reuse_turns_and_siblings(tmp
     without = _groups(uncached, tokenizer, catalog, options, params)
     assert sum(t.num_turns for t in with_cache) >= 10
     _assert_same_episodes(with_cache, without)
-    assert cached.stats == uncached.stats  # the same batches, one per turn
+    assert cached.stats.requests == uncached.stats.requests
     # Uncached: every turn encodes each whole segment. Cached: each group's prompt is encoded once
     # (its siblings encode only the last prompt token), later turns only what is new.
     assert uncached.profile.reused_tokens == 0

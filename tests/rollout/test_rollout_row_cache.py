@@ -14,9 +14,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.generators.decode_batch import RowBatch
-from shopsimrl.rollout.generators.prefill import prefill_cached, prefill_padded
+from shopsimrl.rollout.generators.prefill import encode_rows, prefill_cached, prefill_padded
 from shopsimrl.rollout.generators.prefix_cache import PrefixCache
-from shopsimrl.rollout.generators.row_cache import ROW_ATTENTION, RowCache, attending_by_rows
+from shopsimrl.rollout.generators.row_cache import ROW_ATTENTION, SLACK, RowCache, attending_by_rows
 from shopsimrl.rollout.generators.sampling import draw
 
 LOGIT_TOL = 1e-4
@@ -90,6 +90,42 @@ def test_a_row_keeps_exactly_what_it_has_seen(model):
         assert batch.logits[2] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
 
 
+def test_rows_that_join_a_running_batch_continue_as_if_alone(model):
+    """Continuous batching: rows admitted between steps, in place (a free slot, shorter than the fill
+    column) and by regrowing the buffers (no free slot, longer than the fill column), decode what they
+    decode alone, and the rows already there are not disturbed."""
+    prompts = _prompts()
+    long_prompt = torch.randint(3, 250, (300,), generator=torch.Generator().manual_seed(2)).tolist()
+    store = PrefixCache()
+    with torch.inference_mode():
+        batch = prefill_cached(model, prompts[:2], store, room=8)
+        seen = [list(prompts[0]), list(prompts[1])]  # what each row has been fed, in the batch's order
+
+        def step(tokens):
+            batch.step(model, tokens)
+            for row, token in zip(seen, tokens, strict=True):
+                row.append(token)
+
+        def join(new_prompts, room):
+            encoded = encode_rows(model, new_prompts, store)
+            batch.admit(encoded.layers, encoded.logits, room)
+            seen.extend(list(p) for p in new_prompts)
+
+        step([7, 8])
+        seen = [seen[b] for b in batch.drop([1])]
+        join([prompts[3]], room=4)
+        assert batch.cache.regrowths == 1  # the first allocation only: the row went in place
+        step([9, 10])
+        join([prompts[2], long_prompt], room=4)
+        assert batch.cache.regrowths == 2
+        for t in range(3):
+            step([11 + t] * len(seen))
+        assert batch.positions.tolist() == [len(row) for row in seen]
+        for b, tokens in enumerate(seen):
+            alone = prefill_padded(model, [tokens], pad_id=0)
+            assert batch.logits[b] == pytest.approx(alone.logits[0], abs=LOGIT_TOL), b
+
+
 def test_row_attention_only_decodes_and_the_attention_setting_is_restored(model):
     before = model.config._attn_implementation
     with pytest.raises(RuntimeError, match="decodes one token per row"):
@@ -104,8 +140,11 @@ def test_row_attention_only_decodes_and_the_attention_setting_is_restored(model)
 def test_a_full_row_cache_says_so(model):
     with torch.inference_mode():
         batch = prefill_cached(model, [[5, 6, 7]], PrefixCache(), room=1)
-        batch.step(model, [8])
-        with pytest.raises(RuntimeError, match="RowCache is full: 5 columns needed, 4 allocated"):
+        filled = 3 + SLACK  # the prompt, right-aligned after the spare columns
+        columns = filled + 1 + SLACK  # its room, then the spare columns
+        for _ in range(columns - filled):
+            batch.step(model, [8])
+        with pytest.raises(RuntimeError, match=f"RowCache is full: {columns + 1} columns needed, {columns} allocated"):
             batch.step(model, [9])
 
 

@@ -1,4 +1,4 @@
-"""`BatchedLocalHFGenerator`: concurrent `generate()` calls decoded as one left-padded batch.
+"""`BatchedLocalHFGenerator`: concurrent `generate()` calls decoded as one batch.
 
 The local backend runs the n sibling episodes of a group (and the groups of a wave) as concurrent
 asyncio tasks. `LocalHFGenerator` serves them one sequence at a time; this generator queues their
@@ -13,9 +13,13 @@ requests and, once the event loop has let every runnable episode submit, decodes
   (prefill.py);
 * every row samples with its own parameters and its own random stream and stops on its own
   (eos, `<|im_end|>`, its `stop_token_ids`, its stop strings, its `max_new_tokens`); a finished row
-  is dropped from the batch and its cache rows with it;
-* a flush happens when `max_batch` requests wait, or after `settle_rounds` consecutive event-loop
-  rounds (`await asyncio.sleep(0)`) in which no new request arrived.
+  is dropped from the batch and its caller gets its result at once;
+* continuous batching (with KV reuse): after a step in which rows finished, the event loop runs
+  their episodes (tool call, observation) until they send their next turn, and those requests join
+  the running batch, up to `max_batch` rows, instead of waiting for its slowest row. Without KV
+  reuse a batch runs to its end and the requests that came meanwhile form the next one;
+* a batch starts when `max_batch` requests wait, or after `settle_rounds` consecutive event-loop
+  rounds (`await asyncio.sleep(0)`) in which no new request arrived; rows join the same way.
 
 Sampling rules and log-probs are exactly `LocalHFGenerator`'s (the same helper draws the token):
 `log_probs[i]` is `log_softmax(logits / temperature)[token_ids[i]]` over the full vocabulary
@@ -25,16 +29,20 @@ they do not renormalise the reported log-prob. This is the distribution slime's 
 the one SGLang reports by default.
 
 Random streams: a request with `sampling_seed` uses a generator seeded with it (as
-`LocalHFGenerator` does); any other request gets a row seed drawn from the generator's own stream
-(seeded by `seed`) in arrival order, so the same seed and the same calls give the same tokens.
+`LocalHFGenerator` does). Any other request draws its row seed from its caller's stream: each
+caller (the asyncio task that awaits `generate`, an episode) gets a stream seeded from the
+generator's own (seeded by `seed`) in the order callers first ask, and `generate_batch_sync`'s
+requests one each, in order. So the same seed and the same calls give the same tokens however the
+requests are batched: turn by turn without KV reuse, continuously with it.
 Greedy rows agree with `LocalHFGenerator` token for token (padding changes float rounding only),
 and the cached path agrees with the uncached one: same tokens, log-probs within 1e-4 in float32
 (tests/rollout/test_rollout_cached_generator.py).
 
-A batch runs synchronously inside the event loop, as `LocalHFGenerator` does; an exception raised
-while it runs is delivered to every caller of that batch. One queue per event loop, so a worker
-thread with its own loop (the full-skill retries) can use the same generator; the model itself is
-used by one batch at a time.
+The model runs synchronously inside the event loop, as in `LocalHFGenerator`, one step at a time
+between the loop's other work; an exception raised while a batch runs is delivered to every caller
+still in it. One queue per event loop, so a worker thread with its own loop (the full-skill
+retries) can use the same generator; the model is used by one thread at a time (a lock around
+every prefill and step).
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +60,12 @@ import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
-from shopsimrl.rollout.generators.prefill import GenerationProfile, prefill_cached, prefill_padded
+from shopsimrl.rollout.generators.prefill import (
+    GenerationProfile,
+    encode_rows,
+    prefill_cached,
+    prefill_padded,
+)
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
@@ -60,7 +74,8 @@ _ROW_SEED_BOUND = 2**62  # row seeds drawn from the generator's stream lie in [0
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What the generator has run so far: batches, requests in them, and the largest batch."""
+    """What the generator has run so far: `batches` (times waiting requests were taken in: a new batch,
+    or rows joining a running one), the requests in them, and the most rows decoding at once."""
 
     batches: int = 0
     requests: int = 0
@@ -71,6 +86,7 @@ class BatchStats:
 class _Request:
     input_ids: list[int]
     params: SamplingParams
+    rng: torch.Generator | None = None  # the row's random stream, set when the request is queued
 
 
 @dataclass
@@ -79,6 +95,18 @@ class _LoopQueue:
 
     pending: list[tuple[_Request, asyncio.Future[GenerationResult]]] = field(default_factory=list)
     flusher: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Row:
+    """A request being decoded: what it has drawn so far and why it stopped."""
+
+    request: _Request
+    future: asyncio.Future[GenerationResult] | None
+    stop_ids: set[int]
+    tokens: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    reason: FinishReason = FinishReason.LENGTH
 
 
 class BatchedLocalHFGenerator:
@@ -106,6 +134,9 @@ class BatchedLocalHFGenerator:
         self.settle_rounds = settle_rounds
         self.stop_token_ids = set(stop_token_ids or ()) | default_stop_ids(tokenizer)
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
+        self._callers: weakref.WeakKeyDictionary[asyncio.Task[Any], torch.Generator] = (
+            weakref.WeakKeyDictionary()
+        )
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = (
             weakref.WeakKeyDictionary()
         )
@@ -137,6 +168,7 @@ class BatchedLocalHFGenerator:
 
     async def generate(self, input_ids: list[int], sampling_params: dict[str, Any]) -> GenerationResult:
         request = _request(input_ids, sampling_params)  # a bad request fails its own caller only
+        request.rng = self._row_rng(request.params, asyncio.current_task())
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenerationResult] = loop.create_future()
         queue = self._queue(loop)
@@ -150,10 +182,29 @@ class BatchedLocalHFGenerator:
     ) -> list[GenerationResult]:
         """Run `(input_ids, sampling_params)` requests as batches of at most `max_batch`, in order."""
         built = [_request(ids, params) for ids, params in requests]
+        for request in built:
+            request.rng = self._row_rng(request.params, None)
         results: list[GenerationResult] = []
         for start in range(0, len(built), self.max_batch):
             results.extend(self._run_batch(built[start : start + self.max_batch]))
         return results
+
+    # ------------------------------------------------------------------ random streams
+    def _row_rng(self, params: SamplingParams, caller: asyncio.Task[Any] | None) -> torch.Generator:
+        """A request's stream: its `sampling_seed`, else the next seed of its caller's stream.
+
+        Each caller (an episode's asyncio task) gets a stream seeded from the generator's own in the
+        order callers first ask, so which batch a request lands in, and when, never changes what it
+        draws: a wave decoded turn by turn and the same episodes decoded continuously draw the same."""
+        if params.seed is not None:
+            return torch.Generator(device="cpu").manual_seed(params.seed)
+        with self._queues_lock:
+            stream = None if caller is None else self._callers.get(caller)
+            if stream is None:
+                stream = torch.Generator(device="cpu").manual_seed(_next_seed(self._rng))
+                if caller is not None:
+                    self._callers[caller] = stream
+            return torch.Generator(device="cpu").manual_seed(_next_seed(stream))
 
     # ------------------------------------------------------------------ queueing
     def _queue(self, loop: asyncio.AbstractEventLoop) -> _LoopQueue:
@@ -163,29 +214,37 @@ class BatchedLocalHFGenerator:
                 queue = self._queues[loop] = _LoopQueue()
             return queue
 
+    async def _settle(self, queue: _LoopQueue, rows: int) -> None:
+        """Let every runnable episode reach its next generate() before requests are taken in."""
+        quiet = 0
+        while rows + len(queue.pending) < self.max_batch and quiet < self.settle_rounds:
+            before = len(queue.pending)
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if len(queue.pending) == before else 0
+
+    def _take(self, queue: _LoopQueue, room: int) -> list[_Row]:
+        """Up to `room` waiting requests whose callers still wait, as rows."""
+        taken = queue.pending[:room]
+        del queue.pending[:room]
+        return [
+            _Row(request, future, self.stop_token_ids | set(request.params.stop_token_ids))
+            for request, future in taken
+            if not future.done()  # a cancelled caller is skipped
+        ]
+
     async def _flush(self, queue: _LoopQueue) -> None:
         try:
             while queue.pending:
-                quiet = 0
-                while len(queue.pending) < self.max_batch and quiet < self.settle_rounds:
-                    before = len(queue.pending)
-                    await asyncio.sleep(0)  # let every runnable episode reach its next generate()
-                    quiet = quiet + 1 if len(queue.pending) == before else 0
-                batch = queue.pending[: self.max_batch]
-                del queue.pending[: self.max_batch]
-                live = [(request, future) for request, future in batch if not future.done()]
-                if not live:
+                await self._settle(queue, 0)
+                rows = self._take(queue, self.max_batch)
+                if not rows:
                     continue  # every caller of this batch was cancelled
                 try:
-                    results = self._run_batch([request for request, _ in live])
+                    await self._stream(queue, rows)
                 except Exception as error:  # noqa: BLE001 - handed to every caller, not swallowed
-                    for _, future in live:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                for (_, future), result in zip(live, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+                    for row in rows:
+                        if row.future is not None and not row.future.done():
+                            row.future.set_exception(error)
         finally:
             # Cancelled while waiting (the loop is shutting down): no caller may wait forever.
             for _, future in queue.pending:
@@ -193,114 +252,170 @@ class BatchedLocalHFGenerator:
             queue.pending.clear()
 
     # ------------------------------------------------------------------ decoding
-    def _row_rng(self, params: SamplingParams) -> torch.Generator:
-        if params.seed is not None:
-            return torch.Generator(device="cpu").manual_seed(params.seed)
-        row_seed = int(torch.randint(0, _ROW_SEED_BOUND, (1,), generator=self._rng))
-        return torch.Generator(device="cpu").manual_seed(row_seed)
+    async def _stream(self, queue: _LoopQueue, rows: list[_Row]) -> None:
+        """Decode `rows` (every row that joins later is appended to it); each caller gets its result
+        as soon as its row finishes. With KV reuse, requests that arrive while the batch runs join it
+        between steps (continuous batching) instead of waiting for its slowest row."""
+        taken = len(rows)
+        rows[:] = self._decodable(rows)
+        with self._eval_mode():
+            with self._decoding():
+                batch = self._prefill(rows, taken)
+            while True:
+                with self._decoding():
+                    done = self._sample(rows, batch)
+                    if rows:
+                        self._step(rows, batch)
+                for row in done:
+                    if row.future is not None and not row.future.done():
+                        row.future.set_result(self._result(row))
+                if isinstance(batch, RowBatch) and (done or queue.pending):
+                    # The finished rows' episodes take their turn now; their next requests join here
+                    # and draw their first token from their prompt's logits at the next `_sample`.
+                    await self._settle(queue, len(rows))
+                    joining = self._take(queue, self.max_batch - len(rows))
+                    if joining:
+                        with self._decoding():
+                            self._admit(batch, rows, joining)
+                if not rows:
+                    return
 
     def _run_batch(self, requests: Sequence[_Request]) -> list[GenerationResult]:
-        tokens: list[list[int]] = [[] for _ in requests]
-        log_probs: list[list[float]] = [[] for _ in requests]
-        reasons = [FinishReason.LENGTH] * len(requests)
-        rows = [i for i, request in enumerate(requests) if request.params.max_new_tokens > 0]
-        # One batch at a time across threads: the model, the seed stream and the stats are shared.
-        with self._model_lock:
-            rngs = [self._row_rng(request.params) for request in requests]
-            if rows:
-                self._decode(requests, rows, rngs, tokens, log_probs, reasons)
-            self._stats = BatchStats(
-                batches=self._stats.batches + 1,
-                requests=self._stats.requests + len(requests),
-                largest=max(self._stats.largest, len(requests)),
-            )
-        return [
-            GenerationResult(
-                token_ids=tokens[i],
-                log_probs=log_probs[i],
-                finish_reason=reasons[i],
-                text=self.tokenizer.decode(tokens[i], skip_special_tokens=False),
-            )
-            for i in range(len(requests))
+        """Decode `requests` together, synchronously (no row joins later)."""
+        rows = [
+            _Row(request, None, self.stop_token_ids | set(request.params.stop_token_ids))
+            for request in requests
         ]
+        decoding = self._decodable(rows)
+        with self._eval_mode(), self._decoding():
+            batch = self._prefill(decoding, len(rows))
+            while True:
+                self._sample(decoding, batch)
+                if not decoding:
+                    break
+                self._step(decoding, batch)
+        return [self._result(row) for row in rows]
 
-    def _decode(
-        self,
-        requests: Sequence[_Request],
-        rows: list[int],
-        rngs: list[torch.Generator],
-        tokens: list[list[int]],
-        log_probs: list[list[float]],
-        reasons: list[FinishReason],
-    ) -> None:
-        """Fill `tokens`, `log_probs` and `reasons` of the requests listed in `rows`."""
+    @contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """Dropout off while a batch decodes; the model's mode is restored after (once per batch:
+        `eval()` walks every module, ~5 ms on SmolLM2)."""
         was_training = self.model.training
-        self.model.eval()  # dropout off while sampling; restored below
+        if was_training:
+            self.model.eval()
         try:
-            with torch.inference_mode():
-                started = time.perf_counter()
-                inputs = [requests[i].input_ids for i in rows]
-                batch: PaddedBatch | RowBatch | None = None
-                if self._prefix_cache is not None:
-                    room = max(requests[i].params.max_new_tokens for i in rows)
-                    batch = prefill_cached(self.model, inputs, self._prefix_cache, room)
-                    if batch is None:  # this model's cache layers cannot be cut and stacked
-                        self._prefix_cache = None
-                if batch is None:
-                    batch = prefill_padded(self.model, inputs, self._pad_id())
-                prefill_s = time.perf_counter() - started
-                self._decode_steps(requests, rows, rngs, tokens, log_probs, reasons, batch)
-                self._profile = self._profile.add(
-                    prefill_s=prefill_s,
-                    decode_s=time.perf_counter() - started - prefill_s,
-                    prefill_tokens=batch.encoded_tokens,
-                    reused_tokens=batch.reused_tokens,
-                    decode_tokens=sum(len(tokens[i]) for i in rows),
-                )
+            yield
         finally:
             if was_training:
                 self.model.train()
 
-    def _decode_steps(
-        self,
-        requests: Sequence[_Request],
-        rows: list[int],
-        rngs: list[torch.Generator],
-        tokens: list[list[int]],
-        log_probs: list[list[float]],
-        reasons: list[FinishReason],
-        batch: PaddedBatch | RowBatch,
-    ) -> None:
-        """One decode step per token on the prefilled batch; finished rows leave it (and are stored)."""
-        stop_ids = [
-            self.stop_token_ids | set(requests[i].params.stop_token_ids) for i in range(len(requests))
-        ]
-        while True:
-            finished: list[int] = []
-            going: dict[int, int] = {}  # request index -> the token it feeds next
-            for b, i in enumerate(rows):
-                params = requests[i].params
-                token, log_prob = sample_token(batch.logits[b], params, rngs[i])
-                tokens[i].append(token)
-                log_probs[i].append(log_prob)
-                if token in stop_ids[i] or self._hits_stop_string(tokens[i], params.stop):
-                    reasons[i] = FinishReason.STOP
-                    finished.append(b)
-                elif len(tokens[i]) < params.max_new_tokens:
-                    going[i] = token
-                else:
-                    finished.append(b)
-            if self._prefix_cache is not None and isinstance(batch, RowBatch):
-                # What a finished row has seen (its last token was never fed) serves its next turn.
-                for b in finished:
-                    i = rows[b]
-                    self._prefix_cache.insert(requests[i].input_ids + tokens[i][:-1], batch.row_layers(b))
-            if not going:
-                return
-            if finished:
-                # A finished row leaves the batch: later steps cost only the rows still going.
-                rows = [rows[b] for b in batch.drop(finished)]
-            batch.step(self.model, [going[i] for i in rows])
+    @contextmanager
+    def _decoding(self) -> Iterator[None]:
+        """One thread at a time on the model (it, the prefix cache and the stats are shared), no autograd."""
+        with self._model_lock, torch.inference_mode():
+            yield
+
+    def _decodable(self, rows: list[_Row]) -> list[_Row]:
+        """The rows that may draw a token; a caller that asked for none gets its empty result now."""
+        for row in rows:
+            if row.request.params.max_new_tokens <= 0 and row.future is not None and not row.future.done():
+                row.future.set_result(self._result(row))
+        return [row for row in rows if row.request.params.max_new_tokens > 0]
+
+    def _prefill(self, rows: list[_Row], taken: int) -> PaddedBatch | RowBatch | None:
+        """The rows' prompts (`taken` requests, less those that asked for no token) encoded into a
+        new batch; None when there is nothing to decode."""
+        started = time.perf_counter()
+        self._count(taken=taken, decoding=len(rows))
+        if not rows:
+            return None
+        inputs = [row.request.input_ids for row in rows]
+        batch: PaddedBatch | RowBatch | None = None
+        if self._prefix_cache is not None:
+            room = max(row.request.params.max_new_tokens for row in rows)
+            batch = prefill_cached(self.model, inputs, self._prefix_cache, room)
+            if batch is None:  # this model's cache layers cannot be cut and stacked
+                self._prefix_cache = None
+        if batch is None:
+            batch = prefill_padded(self.model, inputs, self._pad_id())
+        self._profile = self._profile.add(
+            prefill_s=time.perf_counter() - started,
+            prefill_tokens=batch.encoded_tokens,
+            reused_tokens=batch.reused_tokens,
+        )
+        return batch
+
+    def _admit(self, batch: RowBatch, rows: list[_Row], joining: list[_Row]) -> None:
+        """New rows join the running batch after their prompts are encoded (KV reuse)."""
+        started = time.perf_counter()
+        taken = len(joining)
+        joining = self._decodable(joining)
+        self._count(taken=taken, decoding=len(rows) + len(joining))
+        if not joining:
+            return
+        assert self._prefix_cache is not None  # a RowBatch exists only with KV reuse
+        rows.extend(joining)  # before encoding: an error there reaches these callers too
+        encoded = encode_rows(self.model, [row.request.input_ids for row in joining], self._prefix_cache)
+        assert encoded is not None  # the same model encoded this batch's first rows
+        batch.admit(encoded.layers, encoded.logits, max(row.request.params.max_new_tokens for row in joining))
+        self._profile = self._profile.add(
+            prefill_s=time.perf_counter() - started,
+            prefill_tokens=encoded.encoded_tokens,
+            reused_tokens=encoded.reused_tokens,
+        )
+
+    def _sample(self, rows: list[_Row], batch: PaddedBatch | RowBatch | None) -> list[_Row]:
+        """One token per row from the batch's logits; the rows that finish leave `rows` and the batch
+        (what a finished row has seen is stored for its next turn) and are returned."""
+        if batch is None or not rows:
+            return []
+        started = time.perf_counter()
+        finished: list[int] = []
+        for b, row in enumerate(rows):
+            params = row.request.params
+            assert row.request.rng is not None
+            token, log_prob = sample_token(batch.logits[b], params, row.request.rng)
+            row.tokens.append(token)
+            row.log_probs.append(log_prob)
+            if token in row.stop_ids or self._hits_stop_string(row.tokens, params.stop):
+                row.reason = FinishReason.STOP
+                finished.append(b)
+            elif len(row.tokens) >= params.max_new_tokens:
+                finished.append(b)
+        self._profile = self._profile.add(decode_s=time.perf_counter() - started, decode_tokens=len(rows))
+        if not finished:
+            return []
+        done = [rows[b] for b in finished]
+        if self._prefix_cache is not None and isinstance(batch, RowBatch):
+            # What a finished row has seen (its last token was never fed) serves its next turn.
+            for b, row in zip(finished, done, strict=True):
+                self._prefix_cache.insert(row.request.input_ids + row.tokens[:-1], batch.row_layers(b))
+        if len(finished) < len(rows) or isinstance(batch, RowBatch):  # a RowBatch may take new rows later
+            rows[:] = [rows[b] for b in batch.drop(finished)]  # later steps cost only the rows still going
+        else:
+            rows.clear()
+        return done
+
+    def _step(self, rows: list[_Row], batch: PaddedBatch | RowBatch | None) -> None:
+        assert batch is not None
+        started = time.perf_counter()
+        batch.step(self.model, [row.tokens[-1] for row in rows])
+        self._profile = self._profile.add(decode_s=time.perf_counter() - started, decode_steps=1)
+
+    def _count(self, *, taken: int, decoding: int) -> None:
+        self._stats = BatchStats(
+            batches=self._stats.batches + 1,
+            requests=self._stats.requests + taken,
+            largest=max(self._stats.largest, decoding),
+        )
+
+    def _result(self, row: _Row) -> GenerationResult:
+        return GenerationResult(
+            token_ids=row.tokens,
+            log_probs=row.log_probs,
+            finish_reason=row.reason,
+            text=self.tokenizer.decode(row.tokens, skip_special_tokens=False),
+        )
 
     def _pad_id(self) -> int:
         # Padded positions are masked out, so any valid id will do.
@@ -314,6 +429,10 @@ class BatchedLocalHFGenerator:
             return False
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
         return any(text.endswith(stop) for stop in stops)
+
+
+def _next_seed(stream: torch.Generator) -> int:
+    return int(torch.randint(0, _ROW_SEED_BOUND, (1,), generator=stream))
 
 
 def _request(input_ids: list[int], sampling_params: dict[str, Any]) -> _Request:

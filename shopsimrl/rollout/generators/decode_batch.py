@@ -8,7 +8,8 @@ Two kinds, one interface (`step`, `drop`), so the decode loop does not care whic
   layers cannot be cut and stacked, see prefix_cache.supports). A step grows the cache by
   `torch.cat` and attends over the padded width; a finished row leaves by `reorder_cache`.
 * `RowBatch`: the rows' caches (mostly reused from the `PrefixCache`) in a `RowCache`, each row
-  attending to its own span only; a finished row leaves by swap-remove (row_cache.py).
+  attending to its own span only; a finished row leaves by swap-remove, a new one joins between
+  steps (`admit`: continuous batching, row_cache.py).
 """
 
 from __future__ import annotations
@@ -100,6 +101,14 @@ class RowBatch:
         index = torch.tensor(order, dtype=torch.long)
         self.positions, self.logits = self.positions[index], self.logits[index]
         return order
+
+    def admit(self, rows: list[list[LayerKV]], logits: torch.Tensor, room: int) -> None:
+        """New rows (each a batch-1 cache of its whole prompt, and its last logits) join after the
+        rows already here, with `room` columns each to decode into."""
+        self.cache.admit(rows, room)
+        lengths = torch.tensor([row[0][0].shape[-2] for row in rows], dtype=torch.long)
+        self.positions = torch.cat([self.positions, lengths])
+        self.logits = torch.cat([self.logits, logits])
 
     def row_layers(self, row: int) -> list[LayerKV]:
         """Owned copies of everything row `row` has seen (its last sampled token was never fed)."""

@@ -18,11 +18,18 @@ Two ways, same result within float rounding (docs/rollout.md, "KV reuse"):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
 
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
+from shopsimrl.rollout.generators.prefix_attention import (
+    PREFIX_ATTENTION,
+    PREFIX_CALLS,
+    PrefixCalls,
+    attention_implementation,
+)
 from shopsimrl.rollout.generators.prefix_cache import (
     LayerKV,
     PrefixCache,
@@ -36,13 +43,15 @@ from shopsimrl.rollout.generators.row_cache import RowCache
 @dataclass(frozen=True)
 class GenerationProfile:
     """Model time of a generator so far. `prefill_tokens` were encoded; `reused_tokens` came from the
-    prefix cache instead; `decode_tokens` were generated (one decode step each, batched)."""
+    prefix cache instead; `decode_tokens` were generated, in `decode_steps` batched forwards (a row's
+    last token is drawn but never fed, so tokens exceed the rows summed over steps)."""
 
     prefill_s: float = 0.0
     decode_s: float = 0.0
     prefill_tokens: int = 0
     reused_tokens: int = 0
     decode_tokens: int = 0
+    decode_steps: int = 0
 
     def add(self, **delta: float) -> GenerationProfile:
         fields = {name: getattr(self, name) + value for name, value in delta.items()}
@@ -115,13 +124,7 @@ def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCa
             reused_total += len(ids)
             continue
         prefix, reused = store.lookup(ids)
-        output = model(
-            input_ids=torch.tensor([ids[reused:]], dtype=torch.long, device=device),
-            position_ids=torch.arange(reused, len(ids), device=device)[None],
-            past_key_values=build_cache(prefix),
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        output = _encode_after(model, ids, reused, build_cache(prefix), device)
         if not supports(output.past_key_values):
             return None
         layers = cache_layers(output.past_key_values)
@@ -132,6 +135,31 @@ def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCa
         encoded += len(ids) - reused
         reused_total += reused
     return EncodedRows(rows, torch.stack(logits), encoded, reused_total)
+
+
+def _encode_after(model: torch.nn.Module, ids: list[int], reused: int, cache: Cache, device: Any) -> Any:
+    """The forward of `ids[reused:]` on top of the cached prefix. After a reused prefix the attention
+    runs unmasked in two parts (prefix_attention.py); a model seen for the first time (nothing
+    reused yet: it may turn out not to support reuse at all) gets transformers' own attention."""
+    inputs = {
+        "input_ids": torch.tensor([ids[reused:]], dtype=torch.long, device=device),
+        "position_ids": torch.arange(reused, len(ids), device=device)[None],
+        "past_key_values": cache,
+        "use_cache": True,
+        "logits_to_keep": 1,
+    }
+    if reused == 0:
+        return model(**inputs)
+    counter = PrefixCalls()
+    with attention_implementation(model, PREFIX_ATTENTION):
+        output = model(**inputs, **{PREFIX_CALLS: counter})
+    if counter.calls != len(output.past_key_values.layers):
+        raise RuntimeError(
+            f"{type(model).__name__} ran prefix attention in {counter.calls} of "
+            f"{len(output.past_key_values.layers)} layers: its attention does not go through "
+            "transformers' AttentionInterface (use prefix_cache=False)"
+        )
+    return output
 
 
 def row_layers(cache: Cache, row: int, start: int, end: int) -> list[LayerKV]:

@@ -12,7 +12,11 @@ step was padding. Here each row attends to its own span only:
   per row on the views `[start_b, filled)`, with no mask: a decode query sees all of its row's past
   (a model that does not call it from every layer is refused, see `RowSpans`);
 * a finished row leaves the batch by swap-remove: the last row's columns move into its slot and the
-  buffers are narrowed (one row copied, not the whole cache as `reorder_cache` does).
+  buffers are narrowed (one row copied, not the whole cache as `reorder_cache` does);
+* a new row joins between steps (`admit`, continuous batching): written right-aligned at the fill
+  column into a free row slot; only when it is longer than the fill column, or its decode room runs
+  past the allocation, are the buffers reallocated (with `SLACK` spare columns) and the live rows
+  copied over.
 
 Same numbers as the masked batch up to float rounding (masked scores contribute exp(-inf) = 0 there);
 tests/rollout/test_rollout_row_cache.py compares both, on a grouped-query-attention model too.
@@ -20,8 +24,7 @@ tests/rollout/test_rollout_row_cache.py compares both, on a grouped-query-attent
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -29,10 +32,15 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from shopsimrl.rollout.generators.prefix_attention import attention_implementation
 from shopsimrl.rollout.generators.prefix_cache import LayerKV
 
 ROW_ATTENTION = "shopsim_rows"
 ROW_SPANS = "shopsim_row_spans"  # the forward kwarg that carries the `RowSpans`
+# Spare columns left and right of what a (re)allocation needs: an episode's next turn (its last turn
+# plus a tool observation, tens to a few hundred tokens longer) then joins a running batch in place.
+# Allocated with `new_empty`, so columns never written cost address space, not memory.
+SLACK = 256
 
 
 class RowSpans:
@@ -46,14 +54,14 @@ class RowSpans:
 
 
 class RowLayer(CacheLayerMixin):
-    """One layer's buffers; `keys`/`values` are the views over the columns written so far."""
+    """One layer's buffers; `keys`/`values` are the views over the live rows and the columns written so far."""
 
     is_sliding = False
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, filled: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: int, filled: int):
         super().__init__()
-        self._key_buffer, self._value_buffer = keys, values
-        self.filled = filled
+        self._key_store, self._value_store = keys, values  # [row slots, kv heads, columns, head dim]
+        self.rows, self.filled = rows, filled
         self.is_initialized = True
         self._narrow()
 
@@ -64,12 +72,12 @@ class RowLayer(CacheLayerMixin):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> LayerKV:
         end = self.filled + key_states.shape[-2]
-        if end > self._key_buffer.shape[-2]:
+        if end > self._key_store.shape[-2]:
             raise RuntimeError(
-                f"RowCache is full: {end} columns needed, {self._key_buffer.shape[-2]} allocated"
+                f"RowCache is full: {end} columns needed, {self._key_store.shape[-2]} allocated"
             )
-        self._key_buffer[:, :, self.filled : end] = key_states
-        self._value_buffer[:, :, self.filled : end] = value_states
+        self._key_store[: self.rows, :, self.filled : end] = key_states
+        self._value_store[: self.rows, :, self.filled : end] = value_states
         self.filled = end
         self._narrow()
         return self.keys, self.values
@@ -81,41 +89,88 @@ class RowLayer(CacheLayerMixin):
         return self.filled
 
     def get_max_length(self) -> int:
-        return self._key_buffer.shape[-2]
+        return self._key_store.shape[-2]
+
+    def write_row(self, row: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Row `row`'s span (batch-1 tensors), right-aligned at the fill column."""
+        start = self.filled - keys.shape[-2]
+        self._key_store[row, :, start : self.filled] = keys[0]
+        self._value_store[row, :, start : self.filled] = values[0]
 
     def move_row(self, source: int, target: int) -> None:
-        self._key_buffer[target, :, : self.filled] = self._key_buffer[source, :, : self.filled]
-        self._value_buffer[target, :, : self.filled] = self._value_buffer[source, :, : self.filled]
+        self._key_store[target, :, : self.filled] = self._key_store[source, :, : self.filled]
+        self._value_store[target, :, : self.filled] = self._value_store[source, :, : self.filled]
 
     def keep_first(self, rows: int) -> None:
-        self._key_buffer, self._value_buffer = self._key_buffer[:rows], self._value_buffer[:rows]
+        self.rows = rows
         self._narrow()
 
     def _narrow(self) -> None:
-        self.keys = self._key_buffer[:, :, : self.filled]
-        self.values = self._value_buffer[:, :, : self.filled]
+        self.keys = self._key_store[: self.rows, :, : self.filled]
+        self.values = self._value_store[: self.rows, :, : self.filled]
 
 
 class RowCache(Cache):
-    """Rows of different lengths, right-aligned at one column, with `room` columns to decode into."""
+    """Rows of different lengths, right-aligned at one column, each with room to decode into; rows
+    join (`admit`) and leave (`drop`) between decode steps."""
 
     def __init__(self, rows: list[list[LayerKV]], room: int):
         if not rows:
             raise ValueError("a RowCache needs at least one row")
-        width = max(row[0][0].shape[-2] for row in rows)
-        layers = []
-        for layer in range(len(rows[0])):
-            keys0, values0 = rows[0][layer]
-            # empty, not zeros: a row's attention never reads outside its own span
-            keys = keys0.new_empty((len(rows), keys0.shape[1], width + room, keys0.shape[3]))
-            values = values0.new_empty((len(rows), values0.shape[1], width + room, values0.shape[3]))
+        super().__init__(layers=[])
+        self.starts: list[int] = []
+        self.ends: list[int] = []  # the column each row may decode up to (its admission room)
+        self.regrowths = 0
+        self.admit(rows, room)
+
+    def admit(self, rows: list[list[LayerKV]], room: int) -> None:
+        """Add these rows (each a per-layer batch-1 span), each with `room` columns to decode into.
+
+        In place when they fit: a free row slot each, spans no longer than the fill column, room left
+        of the allocation's end. Otherwise every buffer is reallocated with `SLACK` spare columns on
+        both sides (a row's next turn, its previous one plus a tool observation, then fits in place),
+        and the live rows are copied over, shifted to the new fill column."""
+        lengths = [row[0][0].shape[-2] for row in rows]
+        live = len(self.starts)
+        if not self._fits(live + len(rows), max(lengths), room):
+            self._regrow(live + len(rows), max(lengths), room, rows[0])
+        filled = self.layers[0].filled
+        for layer_index, layer in enumerate(self.layers):
+            layer.keep_first(live + len(rows))
             for b, row in enumerate(rows):
-                row_keys, row_values = row[layer]
-                keys[b, :, width - row_keys.shape[-2] : width] = row_keys[0]
-                values[b, :, width - row_values.shape[-2] : width] = row_values[0]
-            layers.append(RowLayer(keys, values, filled=width))
-        super().__init__(layers=layers)
-        self.starts = [width - row[0][0].shape[-2] for row in rows]
+                layer.write_row(live + b, *row[layer_index])
+        self.starts.extend(filled - length for length in lengths)
+        self.ends.extend(filled + room for _ in rows)
+
+    def _fits(self, rows: int, longest: int, room: int) -> bool:
+        if not self.layers:
+            return False
+        first = self.layers[0]
+        slots, columns = first._key_store.shape[0], first._key_store.shape[-2]
+        return rows <= slots and longest <= first.filled and first.filled + room <= columns
+
+    def _regrow(self, rows: int, longest: int, room: int, template: list[LayerKV]) -> None:
+        old = self.layers
+        old_filled = old[0].filled if old else 0
+        spans = [old_filled - start for start in self.starts]
+        filled = max([longest, *spans]) + SLACK
+        shift = filled - old_filled
+        self.ends = [end + shift for end in self.ends]
+        columns = max([filled + room, *self.ends]) + SLACK
+        slots = max(rows, old[0]._key_store.shape[0] if old else 0)
+        layers = []
+        for index in range(len(template)):
+            keys0, values0 = template[index]
+            # empty, not zeros: a row's attention never reads outside its own span
+            keys = keys0.new_empty((slots, keys0.shape[1], columns, keys0.shape[3]))
+            values = values0.new_empty((slots, values0.shape[1], columns, values0.shape[3]))
+            for b, start in enumerate(self.starts):
+                keys[b, :, start + shift : filled] = old[index]._key_store[b, :, start:old_filled]
+                values[b, :, start + shift : filled] = old[index]._value_store[b, :, start:old_filled]
+            layers.append(RowLayer(keys, values, rows=len(self.starts), filled=filled))
+        self.layers = layers
+        self.starts = [start + shift for start in self.starts]
+        self.regrowths += 1
 
     def drop(self, rows: list[int]) -> list[int]:
         """Remove these rows; returns the old row indices in their new order (swap-remove moves the
@@ -126,9 +181,10 @@ class RowCache(Cache):
             if row != last:
                 for layer in self.layers:
                     layer.move_row(last, row)
-                order[row], self.starts[row] = order[last], self.starts[last]
+                order[row], self.starts[row], self.ends[row] = order[last], self.starts[last], self.ends[last]
             order.pop()
             self.starts.pop()
+            self.ends.pop()
         for layer in self.layers:
             layer.keep_first(len(order))
         return order
@@ -175,13 +231,6 @@ def row_attention(
 AttentionInterface.register(ROW_ATTENTION, row_attention)
 
 
-@contextmanager
-def attending_by_rows(model: torch.nn.Module) -> Iterator[None]:
+def attending_by_rows(model: torch.nn.Module) -> AbstractContextManager[None]:
     """The model's attention layers use `row_attention` inside the block (one decode step)."""
-    config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = ROW_ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
+    return attention_implementation(model, ROW_ATTENTION)
