@@ -12,7 +12,6 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.generators.prefill import encode_rows
@@ -60,24 +59,6 @@ def test_prefix_attention_refuses_what_it_does_not_compute():
         prefix_attention(None, query, key, key, None, **{PREFIX_CALLS: PrefixCalls()})
     with pytest.raises(RuntimeError, match="mask True"):
         prefix_attention(None, query[:1], key[:1], key[:1], torch.ones(1, 1, 3, 5), **{PREFIX_CALLS: PrefixCalls()})
-
-
-def _grouped_query_model(vocab: int) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(4)
-        return LlamaForCausalLM(config).eval()
-
-
-@pytest.fixture(scope="module", params=["multi-head", "grouped-query"])
-def model(request):
-    tokenizer = tiny_tokenizer()
-    if request.param == "multi-head":
-        return tiny_model(tokenizer, seed=0).eval()
-    return _grouped_query_model(len(tokenizer))
 
 
 def test_a_prompt_encoded_after_its_cached_prefix_equals_one_forward_of_the_whole(model):
