@@ -311,3 +311,20 @@ def test_a_callers_next_request_joins_the_running_batch(setup, params):
     # 12 tokens of the long row take 11 steps; the second turn's 2 tokens rode along with them.
     assert (continuous.profile.decode_steps, by_batch.profile.decode_steps) == (11, 12)
     assert continuous.stats == by_batch.stats == BatchStats(batches=2, requests=3, largest=2)
+
+
+def test_a_stream_cancelled_between_steps_cancels_its_callers(setup):
+    """The flusher is cancelled (the loop shuts down) while rows still decode: their callers are
+    cancelled too, none waits forever."""
+    tokenizer, model = setup
+    generator = BatchedLocalHFGenerator(model, tokenizer)
+
+    async def main():
+        short = asyncio.ensure_future(generator.generate(PROMPTS[0], {"temperature": 0, "max_new_tokens": 1}))
+        long = asyncio.ensure_future(generator.generate(PROMPTS[1], {"temperature": 0, "max_new_tokens": 40}))
+        await short  # the stream now waits a round for the short caller's next turn
+        next(iter(generator._queues.values())).flusher.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(long, timeout=30)
+
+    asyncio.run(main())

@@ -240,11 +240,16 @@ class BatchedLocalHFGenerator:
                 if not rows:
                     continue  # every caller of this batch was cancelled
                 try:
-                    await self._stream(queue, rows)
+                    await self._stream(queue, rows)  # `rows` keeps the rows still decoding
                 except Exception as error:  # noqa: BLE001 - handed to every caller, not swallowed
                     for row in rows:
                         if row.future is not None and not row.future.done():
                             row.future.set_exception(error)
+                finally:
+                    # Cancelled mid-stream (the loop is shutting down): no row's caller waits forever.
+                    for row in rows:
+                        if row.future is not None and not row.future.done():
+                            row.future.cancel()
         finally:
             # Cancelled while waiting (the loop is shutting down): no caller may wait forever.
             for _, future in queue.pending:
