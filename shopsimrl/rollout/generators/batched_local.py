@@ -227,10 +227,8 @@ class BatchedLocalHFGenerator:
         taken = queue.pending[:room]
         del queue.pending[:room]
         return [
-            _Row(request, future, self.stop_token_ids | set(request.params.stop_token_ids))
-            for request, future in taken
-            if not future.done()  # a cancelled caller is skipped
-        ]
+            self._row(request, future) for request, future in taken if not future.done()
+        ]  # skip cancelled
 
     async def _flush(self, queue: _LoopQueue) -> None:
         try:
@@ -287,10 +285,7 @@ class BatchedLocalHFGenerator:
 
     def _run_batch(self, requests: Sequence[_Request]) -> list[GenerationResult]:
         """Decode `requests` together, synchronously (no row joins later)."""
-        rows = [
-            _Row(request, None, self.stop_token_ids | set(request.params.stop_token_ids))
-            for request in requests
-        ]
+        rows = [self._row(request, None) for request in requests]
         decoding = self._decodable(rows)
         with self._eval_mode(), self._decoding():
             batch = self._prefill(decoding, len(rows))
@@ -300,6 +295,9 @@ class BatchedLocalHFGenerator:
                     break
                 self._step(decoding, batch)
         return [self._result(row) for row in rows]
+
+    def _row(self, request: _Request, future: asyncio.Future[GenerationResult] | None) -> _Row:
+        return _Row(request, future, self.stop_token_ids | set(request.params.stop_token_ids))
 
     @contextmanager
     def _eval_mode(self) -> Iterator[None]:

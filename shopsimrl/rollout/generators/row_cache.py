@@ -91,6 +91,11 @@ class RowLayer(CacheLayerMixin):
     def get_max_length(self) -> int:
         return self._key_store.shape[-2]
 
+    @property
+    def slots(self) -> int:
+        """Rows the buffers have room for (live rows and free slots)."""
+        return self._key_store.shape[0]
+
     def write_row(self, row: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Row `row`'s span (batch-1 tensors), right-aligned at the fill column."""
         start = self.filled - keys.shape[-2]
@@ -146,8 +151,9 @@ class RowCache(Cache):
         if not self.layers:
             return False
         first = self.layers[0]
-        slots, columns = first._key_store.shape[0], first._key_store.shape[-2]
-        return rows <= slots and longest <= first.filled and first.filled + room <= columns
+        return (
+            rows <= first.slots and longest <= first.filled and first.filled + room <= first.get_max_length()
+        )
 
     def _regrow(self, rows: int, longest: int, room: int, template: list[LayerKV]) -> None:
         old = self.layers
@@ -157,7 +163,7 @@ class RowCache(Cache):
         shift = filled - old_filled
         self.ends = [end + shift for end in self.ends]
         columns = max([filled + room, *self.ends]) + SLACK
-        slots = max(rows, old[0]._key_store.shape[0] if old else 0)
+        slots = max(rows, old[0].slots if old else 0)
         layers = []
         for index in range(len(template)):
             keys0, values0 = template[index]
