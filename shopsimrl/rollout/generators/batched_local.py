@@ -223,12 +223,10 @@ class BatchedLocalHFGenerator:
             quiet = quiet + 1 if len(queue.pending) == before else 0
 
     def _take(self, queue: _LoopQueue, room: int) -> list[_Row]:
-        """Up to `room` waiting requests whose callers still wait, as rows."""
+        """Up to `room` waiting requests whose callers still wait (a cancelled one is skipped), as rows."""
         taken = queue.pending[:room]
         del queue.pending[:room]
-        return [
-            self._row(request, future) for request, future in taken if not future.done()
-        ]  # skip cancelled
+        return [self._row(request, future) for request, future in taken if not future.done()]
 
     async def _flush(self, queue: _LoopQueue) -> None:
         try:
