@@ -8,15 +8,19 @@ real custom-generate hook (`shopsimrl.slime_hooks.generate`). The same waves run
 the same weights, in one process:
 
 * `uncached`: `BatchedLocalHFGenerator(prefix_cache=False)`, every turn encodes the whole segment;
-* `cached`: the default generator, KV reuse across turns and siblings (docs/rollout.md).
+* `no_lookup`: KV reuse across turns and siblings and continuous batching, without prompt lookup
+  (`draft_tokens=0`);
+* `cached`: the default generator: KV reuse, continuous batching and prompt lookup (docs/rollout.md).
 
 Reported per mode: episodes per minute, sample tokens/s (prompt + response tokens of the episodes'
 samples over wall time: what `perf/effective_tokens_per_gpu_per_sec` counts), generated tokens/s,
 the prefill / decode / rest split of the wall time (rest: environment, chat rendering,
-tokenizing), tokens encoded vs reused; and, since both modes sample with the same seeds, how many
-episodes came out token-identical and the largest log-prob difference on them.
+tokenizing), tokens encoded vs reused, draft tokens fed and confirmed; and, since every mode samples
+with the same seeds, how many episodes came out token-identical to `uncached` and the largest
+log-prob difference on them.
 
     .venv/bin/python bench/bench_rollout.py [--groups 2] [--waves 1] [--weights /tmp/ws.pt] [--json out.json]
+        [--modes uncached,no_lookup,cached]
 
 `--weights PATH` keeps the warm-started weights: loaded when the file exists, written otherwise;
 `--warm-start-steps N` caps the warm start at N supervised steps and one probe (the demo stops at
@@ -50,7 +54,7 @@ from shopsimrl.rollout.datasource import TaskGroupSource  # noqa: E402
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator  # noqa: E402
 from shopsimrl.shop import generate_catalog, load_split  # noqa: E402
 
-MODES = ("uncached", "cached")
+MODES = ("uncached", "no_lookup", "cached")
 
 
 def cpu_model() -> str:
@@ -97,9 +101,8 @@ def prepare(config_path: str, runs_root: str, weights: str | None, warm_steps: i
 
 def run_mode(setup: dict[str, Any], mode: str, groups: int, waves: int) -> tuple[dict[str, Any], list[Any]]:
     config, model, tokenizer = setup["config"], setup["model"], setup["tokenizer"]
-    generator = BatchedLocalHFGenerator(
-        model, tokenizer, seed=config.driver.rollout_seed, prefix_cache=mode == "cached"
-    )
+    options: dict[str, Any] = {"uncached": {"prefix_cache": False}, "no_lookup": {"draft_tokens": 0}}.get(mode, {})
+    generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed, **options)
     args = build_args(config, use_wandb=False, generator=generator, tokenizer=tokenizer, catalog=setup["catalog"])
     hooks = resolve_hooks(config.hooks)
     driver = config.driver
@@ -134,7 +137,10 @@ def run_mode(setup: dict[str, Any], mode: str, groups: int, waves: int) -> tuple
         "generated_tokens": profile.decode_tokens,
         "generated_tok_per_s": profile.decode_tokens / wall,
         "decode_steps": profile.decode_steps,
-        "rows_per_decode_step": (profile.decode_tokens - generator.stats.requests) / max(profile.decode_steps, 1),
+        # a row's last token is drawn but never fed: tokens fed per step, i.e. rows plus confirmed drafts
+        "tokens_per_decode_step": (profile.decode_tokens - generator.stats.requests) / max(profile.decode_steps, 1),
+        "drafts_fed": profile.drafts_fed,
+        "drafts_confirmed": profile.drafts_confirmed,
         "prefill_s": profile.prefill_s,
         "decode_s": profile.decode_s,
         "rest_s": wall - profile.prefill_s - profile.decode_s,
@@ -176,7 +182,7 @@ def first_divergence(episode: int, a: list[Any], b: list[Any]) -> dict[str, Any]
             px, py = sa.rollout_log_probs[k], sb.rollout_log_probs[k]
             if x != y:
                 return {"episode": episode, "segment": segment, "response_token": k,
-                        "uncached": {"token": x, "log_prob": px}, "cached": {"token": y, "log_prob": py},
+                        "uncached": {"token": x, "log_prob": px}, "this_mode": {"token": y, "log_prob": py},
                         "max_abs_logprob_diff_before": before}
             if sa.loss_mask[k]:
                 before = max(before, abs(px - py))
@@ -191,12 +197,16 @@ def main() -> None:
     parser.add_argument("--weights", default=None, help="warm-started weights: load if present, else save")
     parser.add_argument("--warm-start-steps", type=int, default=None, help="default: the config's max_steps")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, from " + ", ".join(MODES))
     options = parser.parse_args()
+    modes = options.modes.split(",")
+    if modes[0] != "uncached" or not set(modes) <= set(MODES):
+        parser.error(f"--modes must start with uncached (the reference) and name only {', '.join(MODES)}")
     with tempfile.TemporaryDirectory() as runs_root:
         setup = prepare(options.config, runs_root, options.weights, options.warm_start_steps)
         results: dict[str, Any] = {}
         episodes: dict[str, list[Any]] = {}
-        for mode in MODES:
+        for mode in modes:
             results[mode], episodes[mode] = run_mode(setup, mode, options.groups, options.waves)
             print(mode, json.dumps(results[mode], indent=1), flush=True)
     report = {
@@ -207,8 +217,10 @@ def main() -> None:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "warm_start": setup["warm_start"],
         "modes": results,
-        "speedup_episodes_per_min": results["cached"]["episodes_per_min"] / results["uncached"]["episodes_per_min"],
-        "agreement": agreement(episodes["uncached"], episodes["cached"]),
+        "speedup_episodes_per_min": {
+            mode: results[mode]["episodes_per_min"] / results["uncached"]["episodes_per_min"] for mode in modes[1:]
+        },
+        "agreement": {mode: agreement(episodes["uncached"], episodes[mode]) for mode in modes[1:]},
     }
     print(json.dumps({k: v for k, v in report.items() if k != "modes"}, indent=1))
     if options.json:

@@ -285,7 +285,8 @@ def test_concurrent_agent_episodes_share_batches_and_equal_sequential_local_hf(t
 def test_a_callers_next_request_joins_the_running_batch(setup, params):
     """Continuous batching: a caller whose turn ended sends its next request while a longer row still
     decodes; with KV reuse it joins that batch instead of waiting for it (one decode step fewer here),
-    and every caller gets what the batch-by-batch path (no KV reuse) gives it, stream for stream."""
+    and every caller gets what the batch-by-batch path (no KV reuse) gives it, stream for stream.
+    Prompt lookup is off: it would change the step count this test counts."""
     tokenizer, model = setup
     short, long = {**params, "max_new_tokens": 2}, {**params, "max_new_tokens": 12}
 
@@ -301,7 +302,7 @@ def test_a_callers_next_request_joins_the_running_batch(setup, params):
 
         return asyncio.run(main())
 
-    continuous = BatchedLocalHFGenerator(model, tokenizer, seed=5)
+    continuous = BatchedLocalHFGenerator(model, tokenizer, seed=5, draft_tokens=0)
     by_batch = BatchedLocalHFGenerator(model, tokenizer, seed=5, prefix_cache=False)
     joined, waited = run(continuous), run(by_batch)
     assert [len(r.token_ids) for r in waited] == [2, 2, 12]  # the scenario: no row stopped early

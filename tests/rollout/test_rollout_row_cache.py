@@ -33,7 +33,7 @@ def test_row_batch_decodes_what_the_masked_batch_decodes_as_rows_leave(model):
     with torch.inference_mode():
         rows = prefill_cached(model, prompts, PrefixCache(), room=12)
         padded = prefill_padded(model, prompts, pad_id=0)
-        assert rows.logits == pytest.approx(padded.logits, abs=LOGIT_TOL)
+        assert torch.cat([rows.block(b) for b in range(len(prompts))]) == pytest.approx(padded.logits, abs=LOGIT_TOL)
         alive = list(range(len(prompts)))  # prompt index of each row, in the row batch's order
         alive_padded = list(range(len(prompts)))
         leaving = {3: [1], 6: [0, 4], 9: [2]}  # step -> prompts that finish there
@@ -46,7 +46,7 @@ def test_row_batch_decodes_what_the_masked_batch_decodes_as_rows_leave(model):
             padded.step(model, [tokens[p] for p in alive_padded])
             by_prompt = dict(zip(alive_padded, padded.logits, strict=True))
             for b, p in enumerate(alive):
-                assert rows.logits[b] == pytest.approx(by_prompt[p], abs=LOGIT_TOL), (step, p)
+                assert rows.block(b)[-1] == pytest.approx(by_prompt[p], abs=LOGIT_TOL), (step, p)
         assert sorted(alive) == [3]
 
 
@@ -61,13 +61,13 @@ def test_a_row_keeps_exactly_what_it_has_seen(model):
         assert batch.drop([0, 2]) == [3, 1, 4]
         kept = batch.row_layers(2)
         assert [k.shape[-2] for k, _ in kept] == [len(prompts[4]) + 1] * len(kept)
-        alone = RowBatch(RowCache([kept], room=2), [len(prompts[4]) + 1], batch.logits[2:],
+        alone = RowBatch(RowCache([kept], room=2), [len(prompts[4]) + 1], batch.block(2),
                          encoded_tokens=0, reused_tokens=0)
         batch.step(model, [13, 14, 12])
         alone.step(model, [12])
         reference = prefill_padded(model, [prompts[4] + [11, 12]], pad_id=0)
-        assert alone.logits[0] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
-        assert batch.logits[2] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
+        assert alone.block(0)[-1] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
+        assert batch.block(2)[-1] == pytest.approx(reference.logits[0], abs=LOGIT_TOL)
 
 
 def test_rows_that_join_a_running_batch_continue_as_if_alone(model):
@@ -103,12 +103,12 @@ def test_rows_that_join_a_running_batch_continue_as_if_alone(model):
         assert batch.positions.tolist() == [len(row) for row in seen]
         for b, tokens in enumerate(seen):
             alone = prefill_padded(model, [tokens], pad_id=0)
-            assert batch.logits[b] == pytest.approx(alone.logits[0], abs=LOGIT_TOL), b
+            assert batch.block(b)[-1] == pytest.approx(alone.logits[0], abs=LOGIT_TOL), b
 
 
 def test_row_attention_only_decodes_and_the_attention_setting_is_restored(model):
     before = model.config._attn_implementation
-    with pytest.raises(RuntimeError, match="decodes one token per row"):
+    with pytest.raises(RuntimeError, match="decodes rows of a RowCache"):
         with attending_by_rows(model):
             assert model.config._attn_implementation == ROW_ATTENTION
             model(input_ids=torch.tensor([[5, 6, 7]]))  # a prompt is not a decode step

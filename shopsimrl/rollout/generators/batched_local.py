@@ -18,6 +18,13 @@ requests and, once the event loop has let every runnable episode submit, decodes
   their episodes (tool call, observation) until they send their next turn, and those requests join
   the running batch, up to `max_batch` rows, instead of waiting for its slowest row. Without KV
   reuse a batch runs to its end and the requests that came meanwhile form the next one;
+* prompt lookup (with KV reuse, `draft_tokens` > 0): a step feeds each row, after its last token,
+  up to `draft_tokens` draft tokens copied from its own context (prompt_lookup.py); the row draws
+  from the logits after its last token, and while the token drawn equals the next draft it also
+  draws from the logits after that draft, so one step yields 1 to `draft_tokens + 1` tokens. Every
+  token is still drawn by the same rule from its row's own stream, in order, from logits that saw
+  exactly the tokens drawn before it: drafts change how many forwards a row takes, not what it
+  draws (the drafts it does not confirm leave its cache, decode_batch.RowBatch.keep_drawn);
 * a batch starts when `max_batch` requests wait, or after `settle_rounds` consecutive event-loop
   rounds (`await asyncio.sleep(0)`) in which no new request arrived; rows join the same way.
 
@@ -67,9 +74,14 @@ from shopsimrl.rollout.generators.prefill import (
     prefill_padded,
 )
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
+from shopsimrl.rollout.generators.prompt_lookup import PromptLookup
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
 
 _ROW_SEED_BOUND = 2**62  # row seeds drawn from the generator's stream lie in [0, 2**62)
+# Draft tokens per row and step. On the demo's rollouts (docs/benchmarks.md, "Prompt lookup") 4 drafts
+# confirmed ~2 tokens a row-step; a step feeding 5 tokens a row costs little more than one feeding 1,
+# since one CPU decode step mostly reads the weights.
+DRAFT_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,8 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     reason: FinishReason = FinishReason.LENGTH
+    drafts: list[int] = field(default_factory=list)  # fed by the last step after the last token
+    lookup: PromptLookup | None = None  # the row's context so far, for drafts (made at its first step)
 
 
 class BatchedLocalHFGenerator:
@@ -123,15 +137,19 @@ class BatchedLocalHFGenerator:
         settle_rounds: int = 2,
         prefix_cache: bool = True,
         cache_max_bytes: int = DEFAULT_MAX_BYTES,
+        draft_tokens: int = DRAFT_TOKENS,
     ):
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
+        if draft_tokens < 0:
+            raise ValueError(f"draft_tokens={draft_tokens} must be >= 0 (0: no prompt lookup)")
         if settle_rounds < 1:
             raise ValueError(f"settle_rounds={settle_rounds} must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.settle_rounds = settle_rounds
+        self.draft_tokens = draft_tokens
         self.stop_token_ids = set(stop_token_ids or ()) | default_stop_ids(tokenizer)
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
         self._callers: weakref.WeakKeyDictionary[asyncio.Task[Any], torch.Generator] = (
@@ -333,7 +351,7 @@ class BatchedLocalHFGenerator:
         inputs = [row.request.input_ids for row in rows]
         batch: PaddedBatch | RowBatch | None = None
         if self._prefix_cache is not None:
-            room = max(row.request.params.max_new_tokens for row in rows)
+            room = max(row.request.params.max_new_tokens for row in rows) + self.draft_tokens
             batch = prefill_cached(self.model, inputs, self._prefix_cache, room)
             if batch is None:  # this model's cache layers cannot be cut and stacked
                 self._prefix_cache = None
@@ -358,7 +376,8 @@ class BatchedLocalHFGenerator:
         rows.extend(joining)  # before encoding: an error there reaches these callers too
         encoded = encode_rows(self.model, [row.request.input_ids for row in joining], self._prefix_cache)
         assert encoded is not None  # the same model encoded this batch's first rows
-        batch.admit(encoded.layers, encoded.logits, max(row.request.params.max_new_tokens for row in joining))
+        room = max(row.request.params.max_new_tokens for row in joining) + self.draft_tokens
+        batch.admit(encoded.layers, encoded.logits, room)
         self._profile = self._profile.add(
             prefill_s=time.perf_counter() - started,
             prefill_tokens=encoded.encoded_tokens,
@@ -366,24 +385,41 @@ class BatchedLocalHFGenerator:
         )
 
     def _sample(self, rows: list[_Row], batch: PaddedBatch | RowBatch | None) -> list[_Row]:
-        """One token per row from the batch's logits; the rows that finish leave `rows` and the batch
-        (what a finished row has seen is stored for its next turn) and are returned."""
+        """Each row's next tokens from the batch's logits: one, and one more after each draft its
+        draws confirm; the rows that finish leave `rows` and the batch (what a finished row has seen
+        is stored for its next turn) and are returned."""
         if batch is None or not rows:
             return []
         started = time.perf_counter()
         finished: list[int] = []
+        drawn_total = confirmed = 0
         for b, row in enumerate(rows):
             params = row.request.params
             assert row.request.rng is not None
-            token, log_prob = sample_token(batch.logits[b], params, row.request.rng)
-            row.tokens.append(token)
-            row.log_probs.append(log_prob)
-            if token in row.stop_ids or self._hits_stop_string(row.tokens, params.stop):
-                row.reason = FinishReason.STOP
-                finished.append(b)
-            elif len(row.tokens) >= params.max_new_tokens:
-                finished.append(b)
-        self._profile = self._profile.add(decode_s=time.perf_counter() - started, decode_tokens=len(rows))
+            block = batch.block(b)
+            drawn = 0
+            while True:
+                token, log_prob = sample_token(block[drawn], params, row.request.rng)
+                row.tokens.append(token)
+                row.log_probs.append(log_prob)
+                drawn += 1
+                if token in row.stop_ids or self._hits_stop_string(row.tokens, params.stop):
+                    row.reason = FinishReason.STOP
+                    finished.append(b)
+                    break
+                if len(row.tokens) >= params.max_new_tokens:
+                    finished.append(b)
+                    break
+                if drawn > len(row.drafts) or token != row.drafts[drawn - 1]:
+                    break  # the logits after an unconfirmed draft saw a token that was not drawn
+            confirmed += drawn - 1
+            drawn_total += drawn
+            row.drafts = []
+            if isinstance(batch, RowBatch):
+                batch.keep_drawn(b, drawn)
+        self._profile = self._profile.add(
+            decode_s=time.perf_counter() - started, decode_tokens=drawn_total, drafts_confirmed=confirmed
+        )
         if not finished:
             return []
         done = [rows[b] for b in finished]
@@ -400,8 +436,28 @@ class BatchedLocalHFGenerator:
     def _step(self, rows: list[_Row], batch: PaddedBatch | RowBatch | None) -> None:
         assert batch is not None
         started = time.perf_counter()
-        batch.step(self.model, [row.tokens[-1] for row in rows])
-        self._profile = self._profile.add(decode_s=time.perf_counter() - started, decode_steps=1)
+        last = [row.tokens[-1] for row in rows]
+        if isinstance(batch, RowBatch) and self.draft_tokens:
+            for row in rows:
+                row.drafts = self._drafts(row)
+            batch.step(self.model, last, [row.drafts for row in rows])
+        else:
+            batch.step(self.model, last)
+        self._profile = self._profile.add(
+            decode_s=time.perf_counter() - started,
+            decode_steps=1,
+            drafts_fed=sum(len(row.drafts) for row in rows),
+        )
+
+    def _drafts(self, row: _Row) -> list[int]:
+        """Draft tokens to feed after the row's last one: what followed the latest earlier occurrence
+        of its context's end, no more than it may still draw after the token the step yields anyway."""
+        if row.lookup is None:
+            row.lookup = PromptLookup(row.request.input_ids)
+        row.lookup.extend(row.tokens[len(row.lookup) - len(row.request.input_ids) :])
+        return row.lookup.draft(
+            min(self.draft_tokens, row.request.params.max_new_tokens - len(row.tokens) - 1)
+        )
 
     def _count(self, *, taken: int, decoding: int) -> None:
         self._stats = BatchStats(

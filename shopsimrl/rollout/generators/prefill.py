@@ -44,7 +44,9 @@ from shopsimrl.rollout.generators.row_cache import RowCache
 class GenerationProfile:
     """Model time of a generator so far. `prefill_tokens` were encoded; `reused_tokens` came from the
     prefix cache instead; `decode_tokens` were generated, in `decode_steps` batched forwards (a row's
-    last token is drawn but never fed, so tokens exceed the rows summed over steps)."""
+    last token is drawn but never fed, so tokens exceed the rows summed over steps). With prompt
+    lookup, `drafts_fed` draft tokens were fed after rows' last ones and `drafts_confirmed` of them
+    were confirmed by the draws: the extra tokens those steps yielded."""
 
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -52,6 +54,8 @@ class GenerationProfile:
     reused_tokens: int = 0
     decode_tokens: int = 0
     decode_steps: int = 0
+    drafts_fed: int = 0
+    drafts_confirmed: int = 0
 
     def add(self, **delta: float) -> GenerationProfile:
         fields = {name: getattr(self, name) + value for name, value in delta.items()}

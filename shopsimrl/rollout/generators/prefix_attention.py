@@ -62,29 +62,53 @@ def prefix_attention(
     if not isinstance(counter, PrefixCalls):
         raise RuntimeError(f"{PREFIX_ATTENTION} attention needs {PREFIX_CALLS}=PrefixCalls()")
     counter.calls += 1
-    batch, heads, new, head_dim = query.shape
-    kv_heads, total = key.shape[1], key.shape[2]
+    batch, _, new, _ = query.shape
+    total = key.shape[2]
     past = total - new
     if batch != 1 or past < 0 or attention_mask is not None:
         raise RuntimeError(
             f"{PREFIX_ATTENTION} attention encodes one unpadded sequence after its cache, "
             f"got batch {batch}, {new} queries over {total} keys, mask {attention_mask is not None}"
         )
-    group = heads // kv_heads
-    own_keys = key[:, :, past:].repeat_interleave(group, dim=1)
-    own_values = value[:, :, past:].repeat_interleave(group, dim=1)
-    output, own_lse = _flash(query, own_keys, own_values, 0.0, True, scale=scaling)
-    if past > 0:
-        # query head h uses key head h // group: stacking a key head's query heads as its query rows
-        stacked = query.reshape(1, kv_heads, group * new, head_dim)
-        seen, seen_lse = _flash(stacked, key[:, :, :past], value[:, :, :past], 0.0, False, scale=scaling)
-        seen, seen_lse = seen.reshape(1, heads, new, head_dim), seen_lse.reshape(1, heads, new)
-        top = torch.maximum(own_lse, seen_lse)
-        own_weight, seen_weight = torch.exp(own_lse - top), torch.exp(seen_lse - top)
-        output = (output * own_weight[..., None] + seen * seen_weight[..., None]) / (
-            own_weight + seen_weight
-        )[..., None]
+    output = attend_after(
+        query, key[:, :, :past], value[:, :, :past], key[:, :, past:], value[:, :, past:], scaling
+    )
     return output.transpose(1, 2), None
+
+
+def attend_after(
+    query: torch.Tensor,
+    past_keys: torch.Tensor,
+    past_values: torch.Tensor,
+    own_keys: torch.Tensor,
+    own_values: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """`n` queries of one sequence (`[1, heads, n, dim]`) over all `past` keys and causally over their
+    own `n` (`[1, kv heads, ., dim]` each), without a mask: the two parts merged by their
+    log-sum-exp (module doc). Returns `[1, heads, n, dim]`."""
+    _, heads, new, head_dim = query.shape
+    kv_heads, past = past_keys.shape[1], past_keys.shape[2]
+    group = heads // kv_heads
+    output, own_lse = _flash(
+        query,
+        own_keys.repeat_interleave(group, dim=1),
+        own_values.repeat_interleave(group, dim=1),
+        0.0,
+        True,
+        scale=scaling,
+    )
+    if past == 0:
+        return output
+    # query head h uses key head h // group: stacking a key head's query heads as its query rows
+    stacked = query.reshape(1, kv_heads, group * new, head_dim)
+    seen, seen_lse = _flash(stacked, past_keys, past_values, 0.0, False, scale=scaling)
+    seen, seen_lse = seen.reshape(1, heads, new, head_dim), seen_lse.reshape(1, heads, new)
+    top = torch.maximum(own_lse, seen_lse)
+    own_weight, seen_weight = torch.exp(own_lse - top), torch.exp(seen_lse - top)
+    return (output * own_weight[..., None] + seen * seen_weight[..., None]) / (own_weight + seen_weight)[
+        ..., None
+    ]
 
 
 AttentionInterface.register(PREFIX_ATTENTION, prefix_attention)

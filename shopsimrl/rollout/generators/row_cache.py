@@ -6,11 +6,15 @@ over its spare room too), masked: on the demo's rollouts 35-45% of the attention
 step was padding. Here each row attends to its own span only:
 
 * keys and values live in one preallocated buffer per layer, `[rows, kv_heads, width + room, head_dim]`;
-  row b's prompt is written right-aligned at `[start_b, width)` and every decode step writes one
-  column for all rows in place (no `torch.cat`, no zero fill: nothing outside a row's span is read);
+  row b's prompt is written right-aligned at `[start_b, width)`, its span is `[start_b, stop_b)`, and
+  a decode step writes each row's fed tokens in place after its own stop (no `torch.cat`, no zero
+  fill: nothing outside a row's span is read). A step feeds one token per row, or a block of a row's
+  last token and its draft tokens (prompt_lookup.py); the drafts its draws reject are forgotten
+  (`forget`: the stop moves back), so rows end at different columns;
 * the attention (`row_attention`, registered with transformers under `ROW_ATTENTION`) calls SDPA once
-  per row on the views `[start_b, filled)`, with no mask: a decode query sees all of its row's past
-  (a model that does not call it from every layer is refused, see `RowSpans`);
+  per row on the views `[start_b, stop_b + fed)`, with no mask: a decode query sees all of its row's
+  past, a block of queries also each other causally (`attend_after`, prefix_attention.py); a model
+  that does not call it from every layer is refused, see `RowSpans`;
 * a finished row leaves the batch by swap-remove: the last row's columns move into its slot and the
   buffers are narrowed (one row copied, not the whole cache as `reorder_cache` does);
 * a new row joins between steps (`admit`, continuous batching): written right-aligned at the fill
@@ -32,7 +36,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from shopsimrl.rollout.generators.prefix_attention import attention_implementation
+from shopsimrl.rollout.generators.prefix_attention import attend_after, attention_implementation
 from shopsimrl.rollout.generators.prefix_cache import LayerKV
 
 ROW_ATTENTION = "shopsim_rows"
@@ -44,12 +48,12 @@ SLACK = 256
 
 
 class RowSpans:
-    """Each row's first column, passed through the model's forward to `row_attention`, which counts
-    its calls: a model whose layers do not route attention through transformers' `AttentionInterface`
-    would silently attend over unwritten columns instead."""
+    """Each row's span before the step (`[start, stop)`), passed through the model's forward to
+    `row_attention`, which counts its calls: a model whose layers do not route attention through
+    transformers' `AttentionInterface` would silently attend over unwritten columns instead."""
 
-    def __init__(self, starts: list[int]):
-        self.starts = starts
+    def __init__(self, starts: list[int], stops: list[int]):
+        self.starts, self.stops = list(starts), list(stops)
         self.calls = 0
 
 
@@ -63,6 +67,7 @@ class RowLayer(CacheLayerMixin):
         self._key_store, self._value_store = keys, values  # [row slots, kv heads, columns, head dim]
         self.rows, self.filled = rows, filled
         self.is_initialized = True
+        self.columns: torch.Tensor | None = None  # where the next update writes: [rows, fed] columns
         self._narrow()
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -71,14 +76,15 @@ class RowLayer(CacheLayerMixin):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> LayerKV:
-        end = self.filled + key_states.shape[-2]
-        if end > self._key_store.shape[-2]:
-            raise RuntimeError(
-                f"RowCache is full: {end} columns needed, {self._key_store.shape[-2]} allocated"
-            )
-        self._key_store[: self.rows, :, self.filled : end] = key_states
-        self._value_store[: self.rows, :, self.filled : end] = value_states
-        self.filled = end
+        """Write each row's fed tokens at its `columns` (set by `RowCache.prepare`)."""
+        columns = self.columns
+        if columns is None or columns.shape != (self.rows, key_states.shape[-2]):
+            raise RuntimeError("a RowCache step writes where RowCache.prepare(fed) said, one row each")
+        slots = torch.arange(self.rows)[:, None]
+        # advanced indices around a slice put their dimensions first: [rows, fed, kv heads, head dim]
+        self._key_store[slots, :, columns] = key_states.transpose(1, 2)
+        self._value_store[slots, :, columns] = value_states.transpose(1, 2)
+        self.filled = max(self.filled, int(columns[:, -1].max()) + 1)
         self._narrow()
         return self.keys, self.values
 
@@ -124,7 +130,8 @@ class RowCache(Cache):
             raise ValueError("a RowCache needs at least one row")
         super().__init__(layers=[])
         self.starts: list[int] = []
-        self.ends: list[int] = []  # the column each row may decode up to (its admission room)
+        self.stops: list[int] = []  # each row's span is [start, stop)
+        self.limits: list[int] = []  # the column each row may decode up to (its admission room)
         self.regrowths = 0
         self.admit(rows, room)
 
@@ -145,7 +152,32 @@ class RowCache(Cache):
             for b, row in enumerate(rows):
                 layer.write_row(live + b, *row[layer_index])
         self.starts.extend(filled - length for length in lengths)
-        self.ends.extend(filled + room for _ in rows)
+        self.stops.extend(filled for _ in rows)
+        self.limits.extend(filled + room for _ in rows)
+
+    def prepare(self, fed: int) -> None:
+        """The next forward feeds `fed` tokens per row: each row writes them after its own stop."""
+        columns = torch.tensor(self.stops, dtype=torch.long)[:, None] + torch.arange(fed)
+        needed = int(columns[:, -1].max()) + 1
+        if needed > self.layers[0].get_max_length():
+            raise RuntimeError(
+                f"RowCache is full: {needed} columns needed, {self.layers[0].get_max_length()} allocated"
+            )
+        for layer in self.layers:
+            layer.columns = columns
+
+    def advance(self, fed: list[int]) -> None:
+        """After the forward: row b's first `fed[b]` tokens are in its span."""
+        self.stops = [stop + n for stop, n in zip(self.stops, fed, strict=True)]
+        for layer in self.layers:
+            layer.columns = None
+
+    def forget(self, row: int, tokens: int) -> None:
+        """Row `row`'s last `tokens` fed tokens leave its span (rejected drafts; the columns are
+        overwritten by its next step)."""
+        if not 0 <= tokens <= self.stops[row] - self.starts[row]:
+            raise ValueError(f"cannot forget {tokens} tokens of row {row}")
+        self.stops[row] -= tokens
 
     def _fits(self, rows: int, longest: int, room: int) -> bool:
         if not self.layers:
@@ -161,8 +193,8 @@ class RowCache(Cache):
         spans = [old_filled - start for start in self.starts]
         filled = max([longest, *spans]) + SLACK
         shift = filled - old_filled
-        self.ends = [end + shift for end in self.ends]
-        columns = max([filled + room, *self.ends]) + SLACK
+        self.limits = [limit + shift for limit in self.limits]
+        columns = max([filled + room, *self.limits]) + SLACK
         slots = max(rows, old[0].slots if old else 0)
         layers = []
         for index in range(len(template)):
@@ -170,12 +202,13 @@ class RowCache(Cache):
             # empty, not zeros: a row's attention never reads outside its own span
             keys = keys0.new_empty((slots, keys0.shape[1], columns, keys0.shape[3]))
             values = values0.new_empty((slots, values0.shape[1], columns, values0.shape[3]))
-            for b, start in enumerate(self.starts):
-                keys[b, :, start + shift : filled] = old[index]._key_store[b, :, start:old_filled]
-                values[b, :, start + shift : filled] = old[index]._value_store[b, :, start:old_filled]
+            for b, (start, stop) in enumerate(zip(self.starts, self.stops, strict=True)):
+                keys[b, :, start + shift : stop + shift] = old[index]._key_store[b, :, start:stop]
+                values[b, :, start + shift : stop + shift] = old[index]._value_store[b, :, start:stop]
             layers.append(RowLayer(keys, values, rows=len(self.starts), filled=filled))
         self.layers = layers
         self.starts = [start + shift for start in self.starts]
+        self.stops = [stop + shift for stop in self.stops]
         self.regrowths += 1
 
     def drop(self, rows: list[int]) -> list[int]:
@@ -187,19 +220,24 @@ class RowCache(Cache):
             if row != last:
                 for layer in self.layers:
                     layer.move_row(last, row)
-                order[row], self.starts[row], self.ends[row] = order[last], self.starts[last], self.ends[last]
+                order[row] = order[last]
+                for column in (self.starts, self.stops, self.limits):
+                    column[row] = column[last]
             order.pop()
-            self.starts.pop()
-            self.ends.pop()
+            for column in (self.starts, self.stops, self.limits):
+                column.pop()
         for layer in self.layers:
             layer.keep_first(len(order))
         return order
 
     def row_layers(self, row: int) -> list[LayerKV]:
         """Owned copies of one row's keys and values (its whole span, for the prefix cache)."""
-        start = self.starts[row]
+        start, stop = self.starts[row], self.stops[row]
         return [
-            (layer.keys[row : row + 1, :, start:].clone(), layer.values[row : row + 1, :, start:].clone())
+            (
+                layer.keys[row : row + 1, :, start:stop].clone(),
+                layer.values[row : row + 1, :, start:stop].clone(),
+            )
             for layer in self.layers
         ]
 
@@ -214,24 +252,38 @@ def row_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """One decode query per row over that row's own span `[start, filled)` (module doc)."""
+    """Each row's fed queries over that row's own span `[start, stop)` and causally over each other
+    (module doc)."""
     spans = kwargs.get(ROW_SPANS)
-    if not isinstance(spans, RowSpans) or query.shape[2] != 1:
+    if not isinstance(spans, RowSpans) or attention_mask is not None:
         raise RuntimeError(
-            f"{ROW_ATTENTION} attention decodes one token per row with {ROW_SPANS}=RowSpans(...)"
+            f"{ROW_ATTENTION} attention decodes rows of a RowCache with {ROW_SPANS}=RowSpans(...), no mask"
         )
     spans.calls += 1
-    batch, heads, _, head_dim = query.shape
+    batch, heads, fed, head_dim = query.shape
     kv_heads = key.shape[1]
-    output = query.new_empty((batch, heads, head_dim))
-    for b, start in enumerate(spans.starts):
-        # grouped-query attention: the query heads sharing a key head become that head's "query rows"
-        grouped = query[b].reshape(1, kv_heads, heads // kv_heads, head_dim)
-        attended = F.scaled_dot_product_attention(
-            grouped, key[b : b + 1, :, start:], value[b : b + 1, :, start:], scale=scaling
-        )
-        output[b] = attended.reshape(heads, head_dim)
-    return output[:, None], None  # [batch, query length 1, heads, head_dim], as the other backends return
+    output = query.new_empty((batch, heads, fed, head_dim))
+    for b, (start, stop) in enumerate(zip(spans.starts, spans.stops, strict=True)):
+        if fed == 1:
+            # grouped-query attention: the query heads sharing a key head become that head's "query rows"
+            grouped = query[b].reshape(1, kv_heads, heads // kv_heads, head_dim)
+            attended = F.scaled_dot_product_attention(
+                grouped,
+                key[b : b + 1, :, start : stop + 1],
+                value[b : b + 1, :, start : stop + 1],
+                scale=scaling,
+            )
+        else:
+            attended = attend_after(
+                query[b : b + 1],
+                key[b : b + 1, :, start:stop],
+                value[b : b + 1, :, start:stop],
+                key[b : b + 1, :, stop : stop + fed],
+                value[b : b + 1, :, stop : stop + fed],
+                scaling,
+            )
+        output[b] = attended.reshape(heads, fed, head_dim)
+    return output.transpose(1, 2), None  # [batch, fed, heads, head_dim], as the other backends return
 
 
 AttentionInterface.register(ROW_ATTENTION, row_attention)
