@@ -123,6 +123,7 @@ def run_mode(setup: dict[str, Any], mode: str, groups: int, waves: int) -> tuple
         started = time.perf_counter()
         episodes.extend(asyncio.run(one_wave()))
         wall += time.perf_counter() - started
+        print(f"{mode}: wave {wave + 1}/{waves} done, {wall:.0f} s so far", file=sys.stderr, flush=True)
     profile = generator.profile
     sample_tokens = sum(len(s.tokens) for segments in episodes for s in segments)
     turns = [segments[0].metadata["shopsim"]["trajectory"]["num_turns"] for segments in episodes]

@@ -74,7 +74,7 @@ class TrialSettings(_Strict):
     temperature: float = Field(0.7, ge=0, le=2)
     seed: int = 0
     max_cards: int | None = Field(None, ge=1, description="trial at most this many cards per run (CPU budget)")
-    concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once (sglang: many)")
+    concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once, each with its attempts concurrent (sglang: many)")
 
 
 class FirewallSettings(_Strict):

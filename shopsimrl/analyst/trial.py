@@ -26,6 +26,17 @@ from shopsimrl.rollout.skillbank import Skillbank
 from shopsimrl.shop import Catalog, get_task
 
 
+@dataclass
+class _Attempt:
+    """What one attempt of a trial came to: a scorable episode's reward (None when every episode
+    was lost to a technical failure), and the technical failures on the way."""
+
+    reward: float | None = None
+    success: bool = False
+    technical: int = 0
+    last_error: dict[str, str] | None = None
+
+
 def lesson_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -44,43 +55,52 @@ class TrialRunner:
         return [*self.skillbank.texts_for([c for c in card.mask if c in active]), lesson]
 
     async def trial(self, card: FailureCard, lesson: str) -> TrialRecord:
-        """Run `settings.attempts` scorable episodes of the card's task with the lesson in the prompt."""
+        """Run `settings.attempts` scorable episodes of the card's task with the lesson in the prompt.
+
+        The attempts run concurrently (each has its own seeds, so the order they finish in changes
+        nothing): a batching generator decodes them together instead of one episode at a time."""
         refuse_held_out(card.task_id, card.split, f"trial of {card.card_id}")
         task = get_task(self.catalog, card.task_id)
         refuse_held_out(task.task_id, task.split.value, f"trial of {card.card_id}")
         skills = self.skill_texts(card, lesson)
-        rewards: list[float] = []
-        successes = technical = 0
-        last_error: dict[str, str] | None = None
-        for attempt in range(self.settings.attempts):
-            for retry in range(self.settings.technical_retries + 1):
-                seed = self.settings.seed + 1000 * attempt + retry
-                trajectory = await run_trajectory(
-                    task=task,
-                    catalog=self.catalog,
-                    tokenizer=self.tokenizer,
-                    generator=self.generator,
-                    options=self.options,
-                    skill_texts=skills,
-                    sampling_params={"temperature": self.settings.temperature, "sampling_seed": seed},
-                    env_seed=attempt,
-                )
-                outcome = trajectory.outcome
-                if outcome.scorable:
-                    rewards.append(float(outcome.reward or 0.0))
-                    successes += bool(outcome.success)
-                    break
-                technical += 1
-                if outcome.technical_error is not None:
-                    last_error = outcome.technical_error.model_dump()
+        attempts = await asyncio.gather(
+            *(self._attempt(task, skills, attempt) for attempt in range(self.settings.attempts))
+        )
+        rewards = [a.reward for a in attempts if a.reward is not None]
+        errors = [a.last_error for a in attempts if a.last_error is not None]
         return TrialRecord(
             lesson_sha256=lesson_sha256(lesson),
             attempts=len(rewards),
-            successes=successes,
-            technical_failures=technical,
+            successes=sum(a.success for a in attempts),
+            technical_failures=sum(a.technical for a in attempts),
             rewards=rewards,
-            last_technical_error=last_error,
+            last_technical_error=errors[-1] if errors else None,
         )
+
+    async def _attempt(self, task: Any, skills: list[str], attempt: int) -> _Attempt:
+        """One attempt: episodes until one is scorable, at most `technical_retries` more."""
+        result = _Attempt()
+        for retry in range(self.settings.technical_retries + 1):
+            seed = self.settings.seed + 1000 * attempt + retry
+            trajectory = await run_trajectory(
+                task=task,
+                catalog=self.catalog,
+                tokenizer=self.tokenizer,
+                generator=self.generator,
+                options=self.options,
+                skill_texts=skills,
+                sampling_params={"temperature": self.settings.temperature, "sampling_seed": seed},
+                env_seed=attempt,
+            )
+            outcome = trajectory.outcome
+            if outcome.scorable:
+                result.reward = float(outcome.reward or 0.0)
+                result.success = bool(outcome.success)
+                return result
+            result.technical += 1
+            if outcome.technical_error is not None:
+                result.last_error = outcome.technical_error.model_dump()
+        return result
 
     def run(self, card: FailureCard, lesson: str) -> TrialRecord:
         return asyncio.run(self.trial(card, lesson))
@@ -129,6 +149,9 @@ def load_trial_policy(settings: TrialSettings, options: ShopSimOptions) -> tuple
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModelForCausalLM.from_pretrained(directory)
     model.eval()
-    # The cached, batched generator: `concurrency` trials in flight decode as one batch and every
-    # turn reuses its episode's KV cache (docs/rollout.md), as the local driver's rollouts do.
-    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=settings.seed, max_batch=settings.concurrency)
+    # The cached, batched generator: the attempts of the `concurrency` trials in flight decode as one
+    # batch and every turn reuses its episode's KV cache (docs/rollout.md), as the local driver's
+    # rollouts do.
+    return tokenizer, BatchedLocalHFGenerator(
+        model, tokenizer, seed=settings.seed, max_batch=settings.concurrency * settings.attempts
+    )

@@ -173,30 +173,29 @@ def read_lines(path: Path) -> list[dict]:
 class ExpertPolicyGenerator:
     """A `Generator` that plays the scripted expert for whatever task the prompt holds.
 
-    It reads the instruction from the prompt text, keeps a shadow environment of the episode (a new
-    one when the prompt has no assistant turn yet) and answers with the expert's tool-call text
-    followed by <|im_end|>, as a well-trained policy would. For the tiny tokenizer.
+    It reads the instruction from the prompt text, replays the expert's earlier turns of the episode
+    (one per assistant turn in the prompt) on a shadow environment, and answers with the expert's
+    next tool-call text followed by <|im_end|>, as a well-trained policy would. Stateless, so
+    concurrent episodes may share it. For the tiny tokenizer.
     """
 
     def __init__(self, cat: Catalog, tasks: list[Task], tokenizer: Any) -> None:
-        from shopsimrl.shop import ExpertPolicy
-
         self.cat, self.tokenizer = cat, tokenizer
         self.by_instruction = {t.instruction: t for t in tasks}
-        self.expert = ExpertPolicy(noise=0.0, seed=0)
-        self.env: ShopEnv | None = None
         self.prompts: list[str] = []
 
     async def generate(self, input_ids: list[int], sampling_params: dict[str, Any]) -> Any:
         from shopsimrl.rollout.generators import FinishReason, GenerationResult
+        from shopsimrl.shop import ExpertPolicy
 
         text = self.tokenizer.decode(input_ids, skip_special_tokens=False)
         self.prompts.append(text)
-        if text.count("<|im_start|>assistant") == 1:
-            task = next(t for instruction, t in self.by_instruction.items() if instruction in text)
-            self.env = ShopEnv(self.cat, max_turns=12)
-            self.env.reset(task=task, seed=0)
-        answer = format_tool_call(self.expert.next_action(self.env), ToolCallFormat.XML)
-        self.env.step(answer)
+        task = next(t for instruction, t in self.by_instruction.items() if instruction in text)
+        env = ShopEnv(self.cat, max_turns=12)
+        env.reset(task=task, seed=0)
+        expert = ExpertPolicy(noise=0.0, seed=0)
+        for _ in range(text.count("<|im_start|>assistant") - 1):  # the turns the prompt already holds
+            env.step(format_tool_call(expert.next_action(env), ToolCallFormat.XML))
+        answer = format_tool_call(expert.next_action(env), ToolCallFormat.XML)
         ids = self.tokenizer.encode(answer, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
         return GenerationResult(ids, [-0.1] * len(ids), FinishReason.STOP, text=answer + "<|im_end|>")

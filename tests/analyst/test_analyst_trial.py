@@ -13,7 +13,7 @@ from shopsimrl.analyst.trial import TrialRunner, lesson_sha256
 from shopsimrl.config.options import validate_options
 from shopsimrl.errors import ModelServiceError
 from shopsimrl.models import tiny_model, tiny_tokenizer
-from shopsimrl.rollout.generators import LocalHFGenerator
+from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
 from shopsimrl.rollout.skillbank import load_skillbank
 
 CAT = catalog()
@@ -61,6 +61,15 @@ def test_a_trial_with_the_tiny_model_runs_the_lesson_in_the_prompt(tiny):
     assert CARD.audit["instruction"] in prompt
 
 
+def test_a_trials_attempts_decode_together(tiny):
+    """The attempts run concurrently, so a batching generator decodes them as one batch."""
+    tokenizer, model = tiny
+    generator = BatchedLocalHFGenerator(model, tokenizer, max_batch=4)
+    record = runner(tokenizer, generator, attempts=2).run(CARD, LESSON)
+    assert record.attempts == 2
+    assert generator.stats.largest == 2
+
+
 def test_technical_failures_are_retried_not_read_as_lesson_failed(tiny):
     tokenizer, model = tiny
     record = runner(tokenizer, RecordingGenerator(model, tokenizer, fail_first=1), technical_retries=2).run(CARD, LESSON)
@@ -98,10 +107,9 @@ def test_many_trials_on_one_loop_keep_the_order_of_the_cards():
     tasks = train_tasks(CAT)[:3]
     cards = [CARD.model_copy(update={"task_id": t.task_id, "card_id": f"card-0-{n}"}) for n, t in enumerate(tasks)]
     options = OPTIONS.model_copy(update={"max_turns": 12, "max_new_tokens_per_turn": 64})
-    # The expert generator keeps one shadow episode, so it needs one trial at a time; the order of
-    # the records must follow the cards either way.
+    # Three trials of two attempts in flight at once: the records follow the cards.
     generator = ExpertPolicyGenerator(CAT, tasks, tokenizer)
-    trial = TrialRunner(TrialSettings(), options, CAT, load_skillbank(SKILLBANK), tokenizer, generator)
-    records = trial.run_many([(c, LESSON) for c in cards], concurrency=1)
-    assert [(r.attempts, r.successes) for r in records] == [(1, 1)] * 3
+    trial = TrialRunner(TrialSettings(attempts=2), options, CAT, load_skillbank(SKILLBANK), tokenizer, generator)
+    records = trial.run_many([(c, LESSON) for c in cards], concurrency=3)
+    assert [(r.attempts, r.successes) for r in records] == [(2, 2)] * 3
     assert [sum(t.instruction in p for p in generator.prompts) > 0 for t in tasks] == [True] * 3

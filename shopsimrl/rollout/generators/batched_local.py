@@ -394,29 +394,13 @@ class BatchedLocalHFGenerator:
         finished: list[int] = []
         drawn_total = confirmed = 0
         for b, row in enumerate(rows):
-            params = row.request.params
-            assert row.request.rng is not None
-            block = batch.block(b)
-            drawn = 0
-            while True:
-                token, log_prob = sample_token(block[drawn], params, row.request.rng)
-                row.tokens.append(token)
-                row.log_probs.append(log_prob)
-                drawn += 1
-                if token in row.stop_ids or self._hits_stop_string(row.tokens, params.stop):
-                    row.reason = FinishReason.STOP
-                    finished.append(b)
-                    break
-                if len(row.tokens) >= params.max_new_tokens:
-                    finished.append(b)
-                    break
-                if drawn > len(row.drafts) or token != row.drafts[drawn - 1]:
-                    break  # the logits after an unconfirmed draft saw a token that was not drawn
+            drawn, finishes = self._draw(row, batch.block(b))
+            if finishes:
+                finished.append(b)
             confirmed += drawn - 1
             drawn_total += drawn
             row.drafts = []
-            if isinstance(batch, RowBatch):
-                batch.keep_drawn(b, drawn)
+            batch.keep_drawn(b, drawn)
         self._profile = self._profile.add(
             decode_s=time.perf_counter() - started, decode_tokens=drawn_total, drafts_confirmed=confirmed
         )
@@ -432,6 +416,24 @@ class BatchedLocalHFGenerator:
         else:
             rows.clear()
         return done
+
+    def _draw(self, row: _Row, block: torch.Tensor) -> tuple[int, bool]:
+        """Draw from the row's logits after its last token, then after each draft the draws confirm;
+        returns how many tokens were drawn and whether the row finished."""
+        params = row.request.params
+        assert row.request.rng is not None
+        for drawn, logits in enumerate(block, start=1):
+            token, log_prob = sample_token(logits, params, row.request.rng)
+            row.tokens.append(token)
+            row.log_probs.append(log_prob)
+            if token in row.stop_ids or self._hits_stop_string(row.tokens, params.stop):
+                row.reason = FinishReason.STOP
+                return drawn, True
+            if len(row.tokens) >= params.max_new_tokens:
+                return drawn, True
+            if drawn > len(row.drafts) or token != row.drafts[drawn - 1]:
+                return drawn, False  # the logits after an unconfirmed draft saw a token not drawn
+        raise AssertionError("a block has one logits row after the last token and one per draft")
 
     def _step(self, rows: list[_Row], batch: PaddedBatch | RowBatch | None) -> None:
         assert batch is not None

@@ -1,8 +1,8 @@
 """The rows of a batch between decode steps: their KV cache, next positions and last logits (and
 how many prompt tokens the prefill encoded or reused).
 
-Two kinds, one interface (`step`, `drop`, `block`: a row's logits to draw from), so the decode loop
-does not care which prefill made them:
+Two kinds, one interface (`step`, `block`: a row's logits to draw from, `keep_drawn`, `drop`), so
+the decode loop does not care which prefill made them:
 
 * `PaddedBatch`: the left-padded prompts encoded whole into one `DynamicCache` with an attention
   mask (no KV reuse: the path before it, kept for bench/bench_rollout.py and for models whose cache
@@ -57,6 +57,9 @@ class PaddedBatch:
     def block(self, row: int) -> torch.Tensor:
         """Row `row`'s logits to draw from, `[1, vocab]`: one per step."""
         return self.logits[row : row + 1]
+
+    def keep_drawn(self, row: int, drawn: int) -> None:
+        """Nothing to forget: a padded batch is fed no drafts."""
 
     def drop(self, rows: list[int]) -> list[int]:
         """Remove these rows; returns the old indices of the rows left, in their new order."""
