@@ -18,7 +18,9 @@ need no mask and merges them exactly:
 
 It is registered with transformers' `AttentionInterface` under `PREFIX_ATTENTION` and switched on
 only while `encode_rows` encodes one sequence after a reused prefix (`attention_implementation`);
-transformers builds no mask for an attention it does not know, so none is made either.
+transformers builds no mask for an attention it does not know, so none is made either. The merge
+itself (`attend_after`) also serves `row_attention` (row_cache.py) when a decode step feeds a row
+its draft tokens: a block of queries after the row's span.
 """
 
 from __future__ import annotations
