@@ -23,25 +23,35 @@ CANARY_TASKS ?= 10
 SMOKE_CONFIG ?= configs/slime/smoke.env
 # W&B credentials for the containers: the host's netrc (`wandb login`) when there is one.
 WANDB_NETRC ?= $(or $(wildcard $(HOME)/.netrc),/dev/null)
-# Passed visibly to compose.yaml: who owns the outputs on the host, the round, the credential file.
-COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)
+# GPUs of a formal and of a smoke run (`make train NUM_GPUS=4`); unset: .env's, else the profile's (8, 1).
+NUM_GPUS ?=
+SMOKE_NUM_GPUS ?=
+# Passed visibly to compose.yaml: who owns the outputs on the host, the round, the credential file,
+# the GPU counts when make has them (compose reads .env's itself).
+COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)$(if $(NUM_GPUS), NUM_GPUS=$(NUM_GPUS))$(if $(SMOKE_NUM_GPUS), SMOKE_NUM_GPUS=$(SMOKE_NUM_GPUS))
 # Image pins for ${...} in compose.yaml come from docker/versions.env; host settings from .env.
 COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
-# The gate's config: the round's SGLang config in the container, the demo config on the CPU backend.
-GATE_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/trace2skill_online_gate.yaml,configs/local/gate.yaml)
-# `make eval`: the SGLang config in the container, the demo model's on the CPU backend. EVAL_CHECKPOINT
-# overrides the config's checkpoint (container: the HF directory SGLang serves); EVAL_ARGS adds flags (local).
-EVAL_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/eval.yaml,configs/local/eval.yaml)
-# The Analyst's config; its run.group is the round (the shipped one: the local demo round).
-ANALYZE_CONFIG ?= configs/trace2skill_online_analysis.yaml
-# The round's config (RUNNER=local): round.group names the round, its directories and its W&B group.
-ROUND_CONFIG ?= configs/local/round.yaml
+# The stages' configs on RUNNER=local (the demo's). RUNNER=docker: the compose services' defaults,
+# the production configs with the round's keys set from WANDB_GROUP and the served checkpoint; a
+# *_CONFIG (a complete config of the round, run as written) or *_CHECKPOINT (the HF directory SGLang
+# serves; default the round's last HF save) given to make reaches the service. EVAL_CHECKPOINT
+# overrides the config's checkpoint; EVAL_ARGS adds flags (local).
+ANALYZE_CONFIG ?= configs/local/analysis.yaml
+GATE_CONFIG ?= configs/local/gate.yaml
+EVAL_CONFIG ?= configs/local/eval.yaml
+# The round's config: round.group names the round, its directories and its W&B group; round.backend
+# says where the stages run (RUNNER=docker: configs/round.yaml, the compose services on slime;
+# RUNNER=local: the CPU backend). `make rounds COUNT=N` chains N rounds from it; ROUND_ARGS adds flags
+# (e.g. --dry-run to print each service's command, --wandb).
+ROUND_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/round.yaml,configs/local/round.yaml)
+COUNT ?= 2
+ROUND_ARGS ?=
 export WANDB_GROUP
 
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate eval round wandb-sync report behavior \
+.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate eval round rounds wandb-sync report behavior \
 	canary shell \
 	images pin-images
 
@@ -91,9 +101,13 @@ gate: ## Validate the round's candidate skill edits on its fixed checkpoint [doc
 eval: ## Evaluate a checkpoint on held-out tasks: success/reward with CIs -> runs/<group>/eval [docker: SGLang on GPU|local: CPU]
 	$(call by_runner,eval,eval $(EVAL_CONFIG)$(if $(EVAL_CHECKPOINT), --checkpoint $(EVAL_CHECKPOINT)) $(EVAL_ARGS))
 
-# RUNNER=docker: the three stages' compose services in order (each resumes itself; no round_state.json).
-round: ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
-	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm train && $(COMPOSE) run --rm analyze && $(COMPOSE) run --rm gate,$(SHOPSIMRL) training round $(ROUND_CONFIG))
+# One round runner on both backends (shopsimrl/round/): on the host it writes round_state.json, the
+# next round's config and the report; RUNNER=docker starts the compose services train/analyze/gate.
+round: setup ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
+	$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
+
+rounds: setup ## COUNT rounds (2) unattended, each from the last one's checkpoint and selected skillbank; resumable [docker|local]
+	$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

@@ -12,6 +12,11 @@
 # the start (leftovers of a killed run) and at the end, also after SIGTERM/SIGINT, which are
 # forwarded to the command. Without it `make wandb-sync` (tools image, host user) could not write
 # the `.synced` marker into root-owned offline runs.
+#
+# After a SIGTERM/SIGINT the Ray job is stopped (`ray stop`) before the hand-back: the launcher's
+# command is only the `ray job submit` client, and the job it submitted keeps training and writing
+# checkpoints in the Ray head after the client dies -- files the hand-back would miss, in a
+# container that is about to be killed mid-save.
 set -euo pipefail
 
 OWNED_DIRS=(runs checkpoints wandb artifacts)
@@ -33,19 +38,23 @@ if [[ "${DRY_RUN}" == 1 ]]; then
   echo "# ownership: chown -R ${owner} ${OWNED_DIRS[*]} before and after: $*"
   exec "$@" # the command prints its own dry run
 fi
-if (($(id -u) != 0)); then
-  exec "$@" # not root: what the command writes is already the caller's
-fi
-
-give_back
+# Not root: what the command writes is already the caller's; only the Ray job still needs stopping.
+as_root=0
+(($(id -u) != 0)) || as_root=1
+((as_root == 0)) || give_back
 "$@" &
 child=$!
-trap 'kill -TERM "${child}" 2>/dev/null || true' TERM INT
+signalled=0
+trap 'signalled=1; kill -TERM "${child}" 2>/dev/null || true' TERM INT
 status=0
 wait "${child}" || status=$?
 # A trapped signal interrupts `wait`; wait again until the command itself has ended.
 while kill -0 "${child}" 2>/dev/null; do
   wait "${child}" || status=$?
 done
-give_back
+if ((signalled)) && command -v ray >/dev/null 2>&1; then
+  echo "container_entry.sh: stopping the Ray job (ray stop) before handing the outputs back" >&2
+  ray stop || echo "container_entry.sh: warning: ray stop failed (exit $?)" >&2
+fi
+((as_root == 0)) || give_back
 exit "${status}"

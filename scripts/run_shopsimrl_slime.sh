@@ -12,10 +12,17 @@
 #                   then the Ray and slime commands, one shell-quoted line each; run and write nothing
 #   WANDB_GROUP     the round (default qwen35-4b-round-000): run dir runs/<group>/train, checkpoints
 #                   checkpoints/<group>, W&B group; a smoke run uses <group>-smoke
-#   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix,
-#                   and --wandb-team/--wandb-mode/--wandb-dir when WANDB_ENTITY/WANDB_MODE/WANDB_DIR
-#                   are set. Credentials come from WANDB_API_KEY in the environment or a netrc file
-#                   (NETRC), never from a flag: slime uploads its arguments in the run config.
+#   START_LOAD      the previous round's save dir (checkpoints/<previous group>); empty for the first
+#                   round. It becomes --ref-load, with this round's own empty --load/--save dir: slime
+#                   then starts at rollout 0 from its final weights with a fresh optimizer, and a
+#                   relaunch after a crash resumes this round's own saves (docs/slime_handoff.md)
+#   ROLLOUT_SEED, SHOPSIM_CONFIG   the round's seed and plugin options (common.env/formal.env defaults)
+#   NUM_GPUS, SMOKE_NUM_GPUS       GPUs of a formal / smoke run (common.env, smoke.env)
+#   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix
+#                   --wandb-mode (WANDB_MODE, default offline), and --wandb-team/--wandb-dir when
+#                   WANDB_ENTITY/WANDB_DIR are set. Credentials come from WANDB_API_KEY in the
+#                   environment or a netrc file (NETRC), never from a flag: slime uploads its
+#                   arguments in the run config.
 #   SLIME_DIR (/root/slime), MEGATRON_DIR (/root/Megatron-LM), MASTER_ADDR (127.0.0.1),
 #   RAY_DASHBOARD_PORT (8265), RAY_TEMP_DIR (/tmp/ray: compose bind-mounts ./runs/ray there, so
 #   Ray's logs outlive the container), NCCL_NVLS_ENABLE (default: 1 when nvidia-smi shows NVLink),
@@ -33,6 +40,7 @@ LAUNCH_CONFIG="${1:-${LAUNCH_CONFIG:-configs/slime/formal.env}}"
 COMMON_CONFIG="${COMMON_CONFIG:-configs/slime/common.env}"
 DRY_RUN="${DRY_RUN:-0}"
 USE_WANDB="${USE_WANDB:-0}"
+START_LOAD="${START_LOAD:-}"
 SLIME_DIR="${SLIME_DIR:-/root/slime}"
 MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
@@ -61,6 +69,9 @@ for name in "${required[@]}"; do
   [[ -n "${!name:-}" ]] || missing+=("${name}")
 done
 ((${#missing[@]} == 0)) || die "${LAUNCH_CONFIG}: missing setting(s): ${missing[*]}"
+[[ "${ROLLOUT_SEED}" =~ ^[0-9]+$ ]] || die "ROLLOUT_SEED must be a non-negative integer, got '${ROLLOUT_SEED}'"
+[[ "${ACTOR_NUM_GPUS_PER_NODE}" =~ ^[1-9][0-9]*$ ]] ||
+  die "${LAUNCH_CONFIG}: the GPU count (NUM_GPUS / SMOKE_NUM_GPUS) must be a positive integer, got '${ACTOR_NUM_GPUS_PER_NODE}'"
 ((OVER_SAMPLING_BATCH_SIZE >= ROLLOUT_BATCH_SIZE)) ||
   die "${LAUNCH_CONFIG}: OVER_SAMPLING_BATCH_SIZE (${OVER_SAMPLING_BATCH_SIZE}) must be >= ROLLOUT_BATCH_SIZE (${ROLLOUT_BATCH_SIZE}) (slime asserts it)"
 
@@ -71,6 +82,7 @@ PROMPT_DATA="$(absolute "${PROMPT_DATA}")"
 HF_CHECKPOINT="$(absolute "${HF_CHECKPOINT}")"
 REF_LOAD="$(absolute "${REF_LOAD}")"
 [[ -z "${SAVE_DIR:-}" ]] || SAVE_DIR="$(absolute "${SAVE_DIR}")"
+[[ -z "${START_LOAD}" ]] || START_LOAD="$(absolute "${START_LOAD}")"
 
 [[ -f "${MODEL_ARGS_FILE}" ]] || die "model args file not found: ${MODEL_ARGS_FILE}"
 # shellcheck source=configs/slime/models/qwen3.5-4B.sh
@@ -83,14 +95,18 @@ else
   PREPARE_MODE=()
 fi
 # Plugin options (every problem listed), and for a real launch every input -- model files, the
-# converted checkpoint, prompt data -- before anything is created or started. Prints the run dir
-# and the resolved options file slime gets.
+# converted checkpoint, prompt data, START_LOAD's tracker -- before anything is created or
+# started. Prints the run dir, the resolved options file slime gets, and where slime will start.
 prepared="$(PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -m shopsimrl.cli slime prepare \
   --config "${SHOPSIM_CONFIG}" --group "${RUN_GROUP}" --base-dir "${PWD}" --hf-checkpoint "${HF_CHECKPOINT}" \
-  --ref-load "${REF_LOAD}" --prompt-data "${PROMPT_DATA}" "${PREPARE_MODE[@]}" -- "${MODEL_ARGS[@]}")" ||
+  --ref-load "${REF_LOAD}" --prompt-data "${PROMPT_DATA}" --start-load "${START_LOAD}" --save-dir "${SAVE_DIR:-}" \
+  "${PREPARE_MODE[@]}" -- "${MODEL_ARGS[@]}")" ||
   die "cannot launch ${LAUNCH_CONFIG} with ${SHOPSIM_CONFIG}: see the errors above; nothing was started"
-RUN_DIR="${prepared%%$'\n'*}"
-OPTIONS_FILE="${prepared#*$'\n'}"
+mapfile -t prepared_lines <<<"${prepared}"
+((${#prepared_lines[@]} == 3)) || die "shopsimrl slime prepare printed ${#prepared_lines[@]} lines, expected 3: ${prepared}"
+RUN_DIR="${prepared_lines[0]}"
+OPTIONS_FILE="${prepared_lines[1]}"
+START_PLAN="${prepared_lines[2]}"
 
 WANDB_ARGS=()
 if [[ "${USE_WANDB}" == 1 ]]; then
@@ -99,10 +115,11 @@ if [[ "${USE_WANDB}" == 1 ]]; then
     --wandb-group "${RUN_GROUP}"
     --disable-wandb-random-suffix)
   [[ -z "${WANDB_ENTITY:-}" ]] || WANDB_ARGS+=(--wandb-team "${WANDB_ENTITY}")
-  if [[ -n "${WANDB_MODE:-}" ]]; then
-    case "${WANDB_MODE}" in online | offline) ;; *) die "WANDB_MODE must be online or offline, got '${WANDB_MODE}'" ;; esac
-    WANDB_ARGS+=(--wandb-mode "${WANDB_MODE}")
-  fi
+  # Always explicit: slime's own default is online, which fails at wandb.init without credentials;
+  # the docs, preflight and the plan line all say offline when unset.
+  export WANDB_MODE="${WANDB_MODE:-offline}"
+  case "${WANDB_MODE}" in online | offline) ;; *) die "WANDB_MODE must be online or offline, got '${WANDB_MODE}'" ;; esac
+  WANDB_ARGS+=(--wandb-mode "${WANDB_MODE}")
   [[ -z "${WANDB_DIR:-}" ]] || WANDB_ARGS+=(--wandb-dir "${WANDB_DIR}")
 fi
 # Our own code (and any wandb call in a worker) sees the same group as slime.
@@ -113,7 +130,11 @@ CLUSTER_ARGS=(--actor-num-nodes 1
   --colocate
   --rollout-num-gpus-per-engine "${ROLLOUT_NUM_GPUS_PER_ENGINE}")
 
-CKPT_ARGS=(--hf-checkpoint "${HF_CHECKPOINT}" --ref-load "${REF_LOAD}")
+# Round hand-off (docs/slime_handoff.md): the previous round's save dir is the reference load, and
+# --load/--save is this round's own dir. While that dir holds no tracker, slime loads --ref-load's
+# weights only, with a fresh optimizer, at rollout 0; once it holds one (a relaunch after a crash),
+# slime resumes this round's own run. Never --finetune or --start-rollout-id: both break that resume.
+CKPT_ARGS=(--hf-checkpoint "${HF_CHECKPOINT}" --ref-load "${START_LOAD:-${REF_LOAD}}")
 if [[ -n "${SAVE_DIR:-}" ]]; then
   # --save-hf: slime writes an HF copy of the actor at every save (save_hf.format(rollout_id=...)); the
   # last one is the round's fixed checkpoint that SGLang serves to the Analyst's trials, the gate and eval.
@@ -243,8 +264,9 @@ ownership() {
   fi
 }
 PLAN=(
-  "conversion: --ref-load ${REF_LOAD} must hold the Megatron copy of ${HF_CHECKPOINT}; create it once with \`make convert\`, which runs: $(DRY_RUN=1 bash "${REPO_ROOT}/scripts/convert_hf_to_torch_dist.sh" 2>/dev/null | tail -n 1 | sed "s/ $//")"
+  "conversion: ${REF_LOAD} (the first round's --ref-load) must hold the Megatron copy of ${HF_CHECKPOINT}; create it once with \`make convert\`, which runs: $(DRY_RUN=1 bash "${REPO_ROOT}/scripts/convert_hf_to_torch_dist.sh" 2>/dev/null | tail -n 1 | sed "s/ $//")"
   "prompts: ${PROMPT_DATA}: one task per line, prompt = [{\"role\": \"user\", \"content\": <instruction>}], rendered by slime with --apply-chat-template; our generate hook plays metadata.task_id (write it with \`shopsimrl tasks export\`)"
+  "start: ${START_PLAN}"
   "credentials: $(credential_route)"
   "ownership: $(ownership)"
   "outputs: ${RUN_DIR} (plugin options ${OPTIONS_FILE})${SAVE_DIR:+, checkpoints ${SAVE_DIR}}, Ray logs ${RAY_TEMP_DIR}/session_latest/logs"

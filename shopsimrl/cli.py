@@ -33,6 +33,9 @@ GROUP_COMMANDS: dict[str, tuple[str, ...]] = {
     "training": (
         "shopsimrl.analyst.commands:analyze",
         "shopsimrl.analyst.commands:analyze_sidecar",
+        "shopsimrl.gate.commands:online_gate",
+        "shopsimrl.round.commands:round_command",
+        "shopsimrl.round.commands:rounds_command",
     ),
 }
 

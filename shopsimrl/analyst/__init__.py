@@ -3,7 +3,7 @@
 docs/analyst.md describes the stage; `shopsimrl training analyze CONFIG` runs it and
 `shopsimrl training analyze-sidecar CONFIG` writes failure cards while training runs.
 
-    config = load_analysis_config("configs/trace2skill_online_analysis.yaml")
+    config = load_analysis_config("configs/local/analysis.yaml")  # the demo round's Analyst
     result = run_analysis(config, settings=WandbSettings.from_env())
 
 torch is imported only by a trial on a local model, openai only by the llm lesson backend.

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 import click
 
+from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError
 from shopsimrl.tracking.settings import WandbMode, WandbSettings, wandb_options
 
@@ -43,11 +44,12 @@ def upload_notice(settings: WandbSettings, environ: Mapping[str, str] | None = N
     return None
 
 
-def _load(config_path: Path) -> Any:
+def _load(config_path: Path, sets: tuple[str, ...] = ()) -> Any:
     from shopsimrl.analyst.config import load_analysis_config
 
+    overrides = parse_sets(sets, example="run.group=qwen35-4b-round-001")
     try:
-        return load_analysis_config(config_path)
+        return load_analysis_config(config_path, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -72,21 +74,23 @@ def _round_group(config: Any, settings: WandbSettings) -> WandbSettings:
     is_flag=True,
     help="Leave failure_cards.jsonl (privileged) out of the W&B artifact; the local file is written anyway.",
 )
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a config value (repeatable), e.g. run.group=qwen35-4b-round-001.")
 @wandb_options
-def analyze(config_path: Path, wandb_settings: WandbSettings, keep_cards_local: bool) -> None:
+def analyze(config_path: Path, sets: tuple[str, ...], wandb_settings: WandbSettings, keep_cards_local: bool) -> None:
     """Failure Analyst: cards, lessons, counterfactual trials, candidate pool, ledger (docs/analyst.md).
 
     Reads runs/<group>/train/, writes runs/<group>/analysis/{failure_cards.jsonl,
     candidate_pool.json, proposal_ledger.jsonl, analysis_summary.json}; with --wandb one run
     (job type analysis) logs six analysis/* scalars and the artifact shopsimrl-analysis.
 
-    Example: python scripts/run_shopsimrl.py training analyze configs/trace2skill_online_analysis.yaml
-    --wandb --wandb-project "$WANDB_PROJECT" --wandb-group "$WANDB_GROUP"
+    Example: python scripts/run_shopsimrl.py training analyze configs/local/analysis.yaml
+    --wandb --wandb-project "$WANDB_PROJECT"
     """
     from shopsimrl.analyst.sidecar import CardsLockedError, ValidationTaskRefused
     from shopsimrl.analyst.stage import AnalysisError, check_wandb_group, run_analysis
 
-    config = _load(config_path)
+    config = _load(config_path, sets)
     wandb_settings = _round_group(config, wandb_settings)
     try:
         check_wandb_group(config, wandb_settings)
@@ -110,16 +114,18 @@ def analyze(config_path: Path, wandb_settings: WandbSettings, keep_cards_local: 
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
 @click.option("--once", is_flag=True, help="Write the cards that are due and exit (default: follow).")
 @click.option("--poll-interval", type=float, default=None, help="Seconds between passes (default: sidecar.poll_interval_s).")
-def analyze_sidecar(config_path: Path, once: bool, poll_interval: float | None) -> None:
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a config value (repeatable), e.g. run.group=qwen35-4b-round-001.")
+def analyze_sidecar(config_path: Path, once: bool, poll_interval: float | None, sets: tuple[str, ...]) -> None:
     """Follow runs/<group>/train/triage.jsonl and append a failure card per all-wrong group.
 
     Runs beside training until SIGTERM/SIGINT; restartable (cards are keyed by triage_id).
 
-    Example: shopsimrl training analyze-sidecar configs/trace2skill_online_analysis.yaml
+    Example: shopsimrl training analyze-sidecar configs/local/analysis.yaml
     """
     from shopsimrl.analyst.sidecar import CardsLockedError, Sidecar, cards_lock
 
-    config = _load(config_path)
+    config = _load(config_path, sets)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shopsimrl.config.files import validation_problem
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
+from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 
 ANALYSIS_CONFIG_SCHEMA_VERSION = 1
@@ -127,8 +128,9 @@ class AnalysisConfig(_Strict):
         return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / "analysis"
 
 
-def load_analysis_config(path: str | os.PathLike[str]) -> AnalysisConfig:
-    """Read and validate the analysis YAML; raises `ConfigError` listing every problem."""
+def load_analysis_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> AnalysisConfig:
+    """Read the analysis YAML, apply dotted `overrides` (e.g. {"run.group": "qwen35-4b-round-001"}),
+    validate; raises `ConfigError` listing every problem."""
     source = str(path)
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -136,6 +138,10 @@ def load_analysis_config(path: str | os.PathLike[str]) -> AnalysisConfig:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    if overrides and not isinstance(raw, dict):
+        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value, source)
     return analysis_config_from_mapping(raw, source)
 
 

@@ -1,7 +1,7 @@
 """The sidecar: follows `train/triage.jsonl` and appends one failure card per all-wrong group.
 
-    shopsimrl training analyze-sidecar configs/trace2skill_online_analysis.yaml          # follow
-    shopsimrl training analyze-sidecar configs/trace2skill_online_analysis.yaml --once   # catch up, exit
+    shopsimrl training analyze-sidecar configs/local/analysis.yaml          # follow
+    shopsimrl training analyze-sidecar configs/local/analysis.yaml --once   # catch up, exit
 
 Restartable: cards are keyed by `triage_id`; on start the sidecar reads the cards already written
 (and cuts a torn last line left by a kill), so a restart writes no duplicate and skips nothing.

@@ -1,6 +1,6 @@
 """The analysis stage of a round: catch up the cards, lessons, trials, compile, ledger, summary, W&B.
 
-    result = run_analysis(load_analysis_config("configs/trace2skill_online_analysis.yaml"),
+    result = run_analysis(load_analysis_config("configs/local/analysis.yaml"),
                           settings=WandbSettings.from_env())
 
 Writes under `runs/<group>/analysis/`: failure_cards.jsonl (final statuses), candidate_pool.json,

@@ -73,10 +73,6 @@ def train() -> None:
     """
 
 
-train.add_command(__import__("shopsimrl.gate.commands", fromlist=["online_gate"]).online_gate)
-train.add_command(__import__("shopsimrl.round.commands", fromlist=["round_command"]).round_command)
-
-
 @train.command("demo")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_DEMO_CONFIG, show_default=True

@@ -24,7 +24,7 @@ from shopsimrl.local.config import WarmStartConfig
 from shopsimrl.local.grpo import TrainItem, micro_batches, score_responses
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators import FinishReason, GenerationResult
-from shopsimrl.rollout.prompting import IM_END, prompt_text
+from shopsimrl.rollout.prompting import IM_END, ChatRenderer
 from shopsimrl.shop import Catalog, ExpertPolicy, ShopEnv, Task, format_tool_call
 
 
@@ -96,13 +96,14 @@ def expert_items(
         )
     tools = _last_segment_tools(trajectory, catalog, task, options, turns)
     messages = trajectory.messages
+    renderer = ChatRenderer(tokenizer, options.tool_call_format)
     ids: list[int] = []
     mask: list[int] = []
     emitted = ""
     for k, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        context = prompt_text(messages[:k], tools, options.tool_call_format)
+        context = renderer.prompt_text(messages[:k], tools)
         if not context.startswith(emitted):
             raise RuntimeError("chat rendering is not prefix-stable; cannot build the warm-start sequence")
         piece = context[len(emitted) :]

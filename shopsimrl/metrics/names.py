@@ -501,6 +501,27 @@ EVAL_UNSCORABLE = _declare(
     "planned episodes that hit a technical failure on every attempt",
 )
 
+# ---- rounds/* (`shopsimrl training rounds`): the chain's summary run, one row per round, x-axis rounds/index ----
+ROUNDS_INDEX = _declare("rounds/index", "round", "-", _D.INFORMATIONAL, "x-axis of rounds/*: the round's index (-round-NNN)")
+ROUNDS_FINAL_REWARD = _declare(
+    "rounds/final_reward_mean", "reward in [0, 1]", "scorable trajectories", _D.HIGHER_IS_BETTER,
+    "the round's last rollout step's rollout/shopsim/reward_mean",
+)
+ROUNDS_FINAL_SUCCESS = _declare(
+    "rounds/final_success_rate", "fraction", "scorable trajectories", _D.HIGHER_IS_BETTER,
+    "the round's last rollout step's rollout/shopsim/success_rate",
+)
+ROUNDS_WARM_START_STEPS = _declare(
+    "rounds/warm_start_steps", "optimizer steps", "-", _D.INFORMATIONAL, "supervised steps before GRPO in the round"
+)
+ROUNDS_CANDIDATES = _declare(
+    "rounds/candidates", "interventions", "-", _D.INFORMATIONAL, "the round's analysis/candidates"
+)
+ROUNDS_SELECTED = _declare(
+    "rounds/selected", "interventions", "-", _D.INFORMATIONAL, "candidate edits the round's gate selected"
+)
+ROUNDS_SUMMARY_TABLE = "rounds/summary"  # a W&B Table: one row per round
+
 
 def chunk_target_rho_key(chunk_id: str) -> str:
     return CHUNK_TARGET_RHO.key(chunk_id)

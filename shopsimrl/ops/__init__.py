@@ -10,6 +10,6 @@ imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and 
 - `shopsimrl.ops.launch`: `prepare_launch`, `resolve_options`, `input_problems` (the slime launcher's checks)
 - `shopsimrl.ops.model_files`: `hf_model_problems`, `converted_checkpoint_problems`, `architecture_problems`
 - `shopsimrl.ops.footprint`: `disk_need`, `saves_in_run` (disk a launch profile writes)
-- `shopsimrl.ops.chat_template`: `compare_with_template` (render_chat vs the checkpoint's template)
+- `shopsimrl.ops.chat_template`: `compare_with_template` (the rollout's ids vs the checkpoint's template)
 - `shopsimrl.ops.preflight_launch`: preflight checks built on the four above
 """

@@ -26,6 +26,7 @@ import yaml
 from shopsimrl.config import load_options_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
+from shopsimrl.models.slime_saves import TRACKER_FILE, SlimeSaveError, latest_iteration
 from shopsimrl.ops import model_files
 from shopsimrl.storage import atomic_write_text
 
@@ -46,6 +47,7 @@ class LaunchError(Exception):
 class LaunchPaths:
     run_dir: Path
     options_file: Path
+    start: str  # where slime will start this launch from (the plan's `start:` line)
 
 
 def _absolute(value: str, base_dir: Path) -> str:
@@ -113,6 +115,57 @@ def input_problems(
     return problems
 
 
+def _same_dir(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def start_problems(*, save_dir: str | None, start_load: str | None, check_disk: bool) -> list[str]:
+    """Why a round cannot start from `start_load` (the previous round's save dir), one line each.
+
+    START_LOAD must never be this round's own save dir: slime would resume it at its iteration + 1
+    and train nothing new (the 0-step trap, docs/slime_handoff.md). With `check_disk`, it must hold
+    Megatron's tracker: slime initialises the actor from that iteration.
+    """
+    if not start_load:
+        return []
+    if save_dir and _same_dir(start_load, save_dir):
+        return [
+            f"START_LOAD {start_load} is this round's own save dir: slime would resume it at its iteration + 1 "
+            "and train 0 new steps; START_LOAD is the previous round's save dir (checkpoints/<previous group>)"
+        ]
+    if not check_disk:
+        return []
+    try:
+        iteration = latest_iteration(start_load)
+    except SlimeSaveError as exc:
+        return [f"START_LOAD: {exc}"]
+    if iteration is None:
+        return [
+            f"START_LOAD {start_load} holds no {TRACKER_FILE}: it is not a finished slime save dir "
+            "(the previous round's checkpoints/<group>, written with --save)"
+        ]
+    return []
+
+
+def start_plan(*, save_dir: str | None, start_load: str | None, ref_load: str) -> str:
+    """One line saying what slime will load for this launch, read from the trackers on disk now."""
+    try:
+        own = latest_iteration(save_dir) if save_dir else None
+        previous = latest_iteration(start_load) if start_load else None
+    except SlimeSaveError as exc:
+        return f"UNREADABLE: {exc}"
+    init = start_load or ref_load
+    if own is not None:
+        return (f"resume: {save_dir} holds iteration {own}: slime resumes this round at rollout {own + 1} "
+                f"(model, optimizer, RNG, data position); --ref-load {init} is only the reference model")  # fmt: skip
+    if start_load:
+        found = f"iteration {previous}" if previous is not None else f"no {TRACKER_FILE} yet: a real launch refuses"
+        fresh = f" with an empty --load {save_dir}" if save_dir else ""
+        return (f"hand-off: --ref-load {start_load} ({found}){fresh}: slime starts at rollout 0 from the previous "
+                "round's final weights with a fresh optimizer (docs/slime_handoff.md)")  # fmt: skip
+    return f"base: rollout 0 from --ref-load {ref_load} (the converted base model) with a fresh optimizer"
+
+
 def prepare_launch(
     *,
     config_path: str | Path,
@@ -123,17 +176,25 @@ def prepare_launch(
     prompt_data: str,
     model_args: Sequence[str],
     write: bool,
+    start_load: str | None = None,
+    save_dir: str | None = None,
 ) -> LaunchPaths:
     """Validate everything; with `write`, also check the inputs and write the resolved options file.
 
-    Raises LaunchError listing every problem; creates nothing when it raises.
+    `start_load` is the previous round's save dir (START_LOAD), `save_dir` this round's (--load and
+    --save). Raises LaunchError listing every problem; creates nothing when it raises.
     """
     document, options = resolve_options(config_path, group, base_dir)
     run_dir = Path(options.run_dir)
-    paths = LaunchPaths(run_dir=run_dir, options_file=run_dir / RESOLVED_OPTIONS_NAME)
+    paths = LaunchPaths(run_dir=run_dir, options_file=run_dir / RESOLVED_OPTIONS_NAME,
+                        start=start_plan(save_dir=save_dir, start_load=start_load, ref_load=ref_load))  # fmt: skip
+    trap = start_problems(save_dir=save_dir, start_load=start_load, check_disk=False)
+    if trap:
+        raise LaunchError(trap)
     if not write:
         return paths
-    problems = input_problems(
+    problems = start_problems(save_dir=save_dir, start_load=start_load, check_disk=True)
+    problems += input_problems(
         hf_checkpoint=hf_checkpoint, ref_load=ref_load, prompt_data=prompt_data, model_args=model_args
     )
     if problems:

@@ -2,7 +2,7 @@
 
 - `check_launch_inputs`: the model files, the converted checkpoint (`make convert`) and its match
   with the HF config and the model flags, the prompt data (shopsimrl.ops.launch.input_problems).
-- `check_chat_template`: our `render_chat` against the checkpoint's own chat template
+- `check_chat_template`: the rollout's token ids against the checkpoint's own chat template
   (shopsimrl.ops.chat_template); SKIP with the reason when no checkpoint is present.
 - `check_disk_for_profile`: free disk against what the formal profile will write (saves x size,
   shopsimrl.ops.footprint), not a fixed threshold.
@@ -101,7 +101,7 @@ def check_chat_template(ctx: PreflightContext) -> CheckResult:
     models = Path(ctx.env.get("MODELS_DIR") or ("/models" if ctx.runner is Runner.CONTAINER else ctx.root / "models"))
     model_dir = models / MODEL_NAME
     if not (model_dir / "tokenizer_config.json").is_file():
-        return _result(name, "SKIP", f"no checkpoint at {model_dir}: render_chat cannot be compared with its template")
+        return _result(name, "SKIP", f"no checkpoint at {model_dir}: the rollout cannot be compared with its template")
     fmt = load_options_file(_launch_dir(ctx) / "configs/shopsim.formal.yaml").tool_call_format
     try:
         from transformers import AutoTokenizer
@@ -116,7 +116,7 @@ def check_chat_template(ctx: PreflightContext) -> CheckResult:
             name, "FAIL", " | ".join(mismatches),
             "the model would see other tokens than its template renders: fix shopsimrl/shop/chat_format.py",
         )  # fmt: skip
-    return _result(name, "PASS", f"render_chat ({fmt}) equals {model_dir}'s template: first turn and after a tool")
+    return _result(name, "PASS", f"the rollout ({fmt}) equals {model_dir}'s template on every turn of the expert's episode")
 
 
 def check_disk_for_profile(ctx: PreflightContext) -> CheckResult:

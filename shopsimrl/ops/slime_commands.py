@@ -3,6 +3,7 @@
 `scripts/run_shopsimrl_slime.sh` calls `prepare`; `scripts/convert_hf_to_torch_dist.sh` calls
 `check-model` before and `write-manifest` after slime's converter; preflight runs the same
 library functions (shopsimrl.ops.launch, shopsimrl.ops.model_files, shopsimrl.ops.chat_template).
+`last-hf-save` tells the gate, eval and analyze services which HF copy a round ended with.
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ def _fail(problems: list[str]) -> None:
 @click.option("--hf-checkpoint", required=True, help="--hf-checkpoint directory")
 @click.option("--ref-load", required=True, help="--ref-load directory (converted checkpoint)")
 @click.option("--prompt-data", required=True, help="--prompt-data file")
+@click.option("--start-load", default=None,
+              help="the previous round's save dir (START_LOAD): the round starts from its final weights")  # fmt: skip
+@click.option("--save-dir", default=None, help="this round's --load/--save directory (none for a smoke run)")
 @click.option("--write", is_flag=True, help="check the inputs and write <run_dir>/shopsim_options.yaml")
 @click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
-def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, write, model_args) -> None:
-    """Validate a launch; print the run dir and the options file slime gets (one per line).
+def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, start_load, save_dir, write,
+            model_args) -> None:  # fmt: skip
+    """Validate a launch; print the run dir, the options file slime gets and where it starts (one per line).
 
     Without --write nothing is checked on disk and nothing is written (DRY_RUN). With --write every
     input is checked first (model files, converted checkpoint, prompt data) and all problems are
@@ -52,11 +57,13 @@ def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, 
     try:
         paths = prepare_launch(config_path=config_path, group=group, base_dir=base_dir.resolve(),
                                hf_checkpoint=hf_checkpoint, ref_load=ref_load, prompt_data=prompt_data,
-                               model_args=list(model_args), write=write)  # fmt: skip
+                               model_args=list(model_args), write=write, start_load=start_load or None,
+                               save_dir=save_dir or None)  # fmt: skip
     except LaunchError as exc:
         _fail(exc.problems)
     click.echo(str(paths.run_dir))
     click.echo(str(paths.options_file))
+    click.echo(paths.start)
 
 
 @slime.command("check-model")
@@ -114,7 +121,7 @@ def write_manifest(hf_checkpoint: Path, out_dir: Path, slime_commit: str, model_
 @click.option("--format", "fmt", type=click.Choice(["xml", "json"]), default="xml", show_default=True,
               help="our tool-call format (shopsim.tool_call_format)")  # fmt: skip
 def check_chat_template(model_dir: Path, fmt: str) -> None:
-    """Compare our render_chat with the checkpoint's own chat template, token by token.
+    """Compare the rollout's token ids with the checkpoint's own chat template, turn by turn.
 
     Renders a first turn (system + tools + user) and a continuation after a tool response both
     ways and exits 1 at the first differing token.
@@ -131,4 +138,22 @@ def check_chat_template(model_dir: Path, fmt: str) -> None:
         for mismatch in mismatches:
             click.echo(f"mismatch: {mismatch}", err=True)
         sys.exit(1)
-    click.echo(f"{model_dir}: our render_chat ({fmt}) equals the checkpoint's chat template on every case")
+    click.echo(f"{model_dir}: the rollout ({fmt}) equals the checkpoint's chat template on every turn")
+
+
+@slime.command("last-hf-save")
+@click.argument("save_dir", type=click.Path(path_type=Path))
+def last_hf_save_command(save_dir: Path) -> None:
+    """Print a slime save dir's highest-numbered hf/rollout-<n> directory (the round's final policy).
+
+    Exit code 2, naming the directory, when it holds no HF save (slime writes them with --save-hf).
+
+    Example: shopsimrl slime last-hf-save checkpoints/qwen35-4b-round-000
+    """
+    from shopsimrl.models.slime_saves import SlimeSaveError, last_hf_save
+
+    try:
+        path = last_hf_save(save_dir)
+    except SlimeSaveError as exc:
+        _fail([str(exc)])
+    click.echo(str(path))

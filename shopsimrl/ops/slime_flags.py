@@ -62,8 +62,9 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--rollout-num-gpus-per-engine", "SGLang tensor parallel size"),
             # checkpoints
             ("--hf-checkpoint", "HF weights: tokenizer and SGLang start-up"),
-            ("--ref-load", "reference model (Megatron torch_dist)"),
-            ("--load", "resume directory"),
+            ("--ref-load", "reference model; the actor's start while --load holds no tracker: the converted "
+                           "base model, or the previous round's save dir (START_LOAD, docs/slime_handoff.md)"),
+            ("--load", "this round's own save dir: empty at a round's start, resumed after a crash"),
             ("--save", "checkpoint directory (formal runs only)"),
             ("--save-interval", "rollouts between checkpoints"),
             ("--save-hf", "HF copy at every save (save_hf.format(rollout_id=...)): what SGLang serves to the gate"),
@@ -167,6 +168,14 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
 )
 
 FLAG_NAMES: frozenset[str] = frozenset(flag.name for flag in FLAGS)
+
+# Flags that would break the round hand-off (docs/slime_handoff.md): slime already sets them itself
+# while --load holds no tracker, and passed on the command line they also apply to the relaunch
+# after a crash -- --finetune/--no-load-* drop the round's own optimizer and start at rollout 1,
+# --start-rollout-id restarts the data position. Declared so a test keeps them out of every launch.
+HANDOFF_BREAKING_FLAGS: frozenset[str] = frozenset(
+    {"--finetune", "--no-load-optim", "--no-load-rng", "--start-rollout-id"}
+)
 
 
 def flags_in_command(argv: Sequence[str]) -> list[str]:

@@ -29,13 +29,7 @@ from shopsimrl.errors import ConfigError, TechnicalError, TechnicalErrorKind
 from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import FinishReason, GenerationAborted, Generator
 from shopsimrl.rollout.generators.sglang import SGLangGenerator
-from shopsimrl.rollout.prompting import (
-    IM_END,
-    TOOL_ROLE,
-    continuation_text,
-    initial_messages,
-    prompt_text,
-)
+from shopsimrl.rollout.prompting import IM_END, TOOL_ROLE, ChatRenderer, initial_messages
 from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
 from shopsimrl.rollout.trajectory import Segment, StopReason, Trajectory, TrajectoryStatus
 from shopsimrl.shop import Catalog, ShopEnv, Task, ToolCallFormat, generate_catalog
@@ -58,6 +52,9 @@ async def run_trajectory(
     """Run one episode to its end; never raises for a technical failure (it is recorded).
 
     `fmt` defaults to `options.tool_call_format` (XML for Qwen3.5, JSON for Qwen3-style models).
+    The prompt's opening is rendered by the tokenizer's chat template (`ChatRenderer`); a tokenizer
+    whose template cannot render it raises `ValueError` before the episode starts (a configuration
+    error, the same for every episode, so it is not recorded as one episode's failure).
     """
     trajectory = Trajectory(task_id=task.task_id, split=task.split.value)
     fmt = ToolCallFormat(options.tool_call_format if fmt is None else fmt)
@@ -127,7 +124,7 @@ class _AgentLoop:
         fmt: ToolCallFormat,
     ):
         self.trajectory = trajectory
-        self.fmt = ToolCallFormat(fmt)
+        self.renderer = ChatRenderer(tokenizer, fmt)
         self.tokenizer = tokenizer
         self.generator = generator
         self.options = options
@@ -142,7 +139,7 @@ class _AgentLoop:
 
     def _open_segment(self, env: ShopEnv) -> None:
         self.tools = env.offered_tools()
-        text = prompt_text(self.trajectory.messages, self.tools, self.fmt)
+        text = self.renderer.prompt_text(self.trajectory.messages, self.tools)
         self.trajectory.segments.append(
             Segment(
                 index=len(self.trajectory.segments),
@@ -194,13 +191,8 @@ class _AgentLoop:
                 continue
             # Only <|im_end|> itself closes the turn in the chat format; after another eos token the
             # <|im_end|> marker is still due and goes into the masked continuation.
-            rest = continuation_text(
-                messages_before,
-                content,
-                [tool_message],
-                self.tools,
-                model_closed_turn=last == self.im_end_id,
-                fmt=self.fmt,
+            rest = self.renderer.continuation_text(
+                messages_before, content, [tool_message], model_closed_turn=last == self.im_end_id
             )
             segment.append_observation(self._encode(rest), rest)
 

@@ -1,14 +1,20 @@
 """The round's config: one YAML that names the round once and holds the three stages' sections.
 
     config = load_round_config("configs/local/demo_round.yaml")
-    config.train_config()                    # RunConfig of the training stage
+    config.train_config()                    # RunConfig of the training stage (backend local)
+    config.shopsim()                         # the training's ShopSim options (either backend)
     config.analysis_config(checkpoint_dir)   # AnalysisConfig, its trial policy = the final checkpoint
     config.gate_config(checkpoint_dir)       # GateConfig on the same fixed checkpoint
 
-`round:` is the one source of the group and the paths; the stage sections may not set them
-(`train.run`, `analysis.run`, `analysis.shopsim_config`, `analysis.trial.model`, `gate.round`,
-`gate.runs_root`, `gate.inputs`, `gate.catalog`). Every problem of the file, the stages' own
-validation included, is reported at once in one `ConfigError`.
+`round:` is the one source of the group, the paths, the backend and the base seed; the stage
+sections may not set what derives from them (`train.run`, the three seeds of seeds.py,
+`analysis.run`, `analysis.shopsim_config`, `analysis.trial.model`, `gate.round`, `gate.runs_root`,
+`gate.inputs`, `gate.catalog`). `round.backend` says what `train:` holds: `local`, a local-backend
+run config without `run:`; `docker`, the compose service that runs slime (`service: train`) and the
+slime plugin options (`shopsim:`, as in configs/shopsim.formal.yaml). `tracking:` (optional) is the
+W&B settings of the round when the command line gives none: a next round keeps its predecessor's.
+Every problem of the file, the stages' own validation included, is reported at once in one
+`ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,25 +22,34 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from shopsimrl.analyst.config import AnalysisConfig, analysis_config_from_mapping
 from shopsimrl.config.files import load_yaml_file, validation_problem
+from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import GateConfig
 from shopsimrl.local.config import RunConfig, RunMode, run_config_from_mapping
+from shopsimrl.round.seeds import RoundSeeds, round_index, round_seeds
 
 ROUND_CONFIG_SCHEMA_VERSION = 1
 GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,118}-round-[0-9]{3,}$"
 TRAIN_CONFIG_FILE = "train_config.yaml"  # the derived training config, beside train/ (the Analyst reads it)
+SHOPSIM_CONFIG_FILE = "shopsim_config.yaml"  # docker: the derived slime plugin options (launcher + Analyst)
+ANALYSIS_CONFIG_FILE = "analysis_config.yaml"  # docker: the derived configs the services read
+GATE_CONFIG_FILE = "gate_config.yaml"
 _PLACEHOLDER_CHECKPOINT = "<final checkpoint>"  # validation only: the real one exists after training
 
 # Keys the round owns: (section, dotted key) -> what sets them instead.
 _OWNED = {
     ("train", "run"): "round.group / round.runs_root / round.checkpoints_root / round.mode",
+    ("train", "driver.rollout_seed"): "round.seed and the round's index (shopsimrl/round/seeds.py)",
+    ("train", "shopsim.round_seed"): "round.seed and the round's index (shopsimrl/round/seeds.py)",
+    ("train", "shopsim.run_dir"): "round.group / round.runs_root",
+    ("gate", "design.seed"): "round.seed and the round's index (shopsimrl/round/seeds.py)",
     ("analysis", "run"): "round.group / round.runs_root",
     ("analysis", "shopsim_config"): f"the round's runs/<group>/{TRAIN_CONFIG_FILE}",
     ("analysis", "trial.model"): "the training stage's final checkpoint",
@@ -56,8 +71,31 @@ class RoundIdentity(_Strict):
     runs_root: str = "runs"
     checkpoints_root: str = "checkpoints"
     mode: RunMode = RunMode.TRAIN
+    backend: Literal["local", "docker"] = Field("local", description="local: in-process CPU; docker: compose services")
+    seed: int = Field(0, ge=0, description="the run's base seed; every round's seeds derive from it and the index")
     start_checkpoint: str | None = Field(None, description="the previous round's final checkpoint (verified at start)")
     start_checkpoint_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    start_load: str | None = Field(None, description="docker: the previous round's slime save directory (START_LOAD)")
+
+
+class SlimeTrain(_Strict):
+    """`train:` of a docker round: the compose service that launches slime and its plugin options."""
+
+    service: Literal["train", "train-smoke"] = "train"
+    shopsim: dict[str, Any] = Field(..., description="slime plugin options (configs/shopsim.formal.yaml's shopsim:)")
+
+
+class Tracking(_Strict):
+    """The round's W&B settings where the command line gives none (a next round keeps the last one's)."""
+
+    enabled: bool = False
+    mode: Literal["online", "offline", "disabled"] = "offline"
+    project: str | None = None
+    entity: str | None = None
+    dir: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
 class RoundConfig(_Strict):
@@ -66,6 +104,7 @@ class RoundConfig(_Strict):
     train: dict[str, Any] = Field(..., description="a local-backend run config without `run:`")
     analysis: dict[str, Any] = Field(default_factory=dict, description="an analysis config without `run:`")
     gate: dict[str, Any] = Field(default_factory=dict, description="a gate config without round/inputs")
+    tracking: Tracking | None = None
     _source: str = PrivateAttr("<mapping>")
 
     @property
@@ -81,16 +120,60 @@ class RoundConfig(_Strict):
         return Path(self.round.runs_root) / self.round.group
 
     @property
+    def backend(self) -> str:
+        return self.round.backend
+
+    @property
+    def index(self) -> int:
+        return round_index(self.round.group)
+
+    @property
+    def seeds(self) -> RoundSeeds:
+        return round_seeds(self.round.seed, self.index)
+
+    @property
     def train_config_path(self) -> Path:
-        return self.round_dir / TRAIN_CONFIG_FILE
+        """The derived training config the Analyst reads the round's shop from (one source)."""
+        return self.round_dir / (TRAIN_CONFIG_FILE if self.backend == "local" else SHOPSIM_CONFIG_FILE)
+
+    @property
+    def train_dir(self) -> Path:
+        return self.round_dir / "train"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.round.checkpoints_root) / self.round.group
+
+    def slime_train(self) -> SlimeTrain:
+        try:
+            return SlimeTrain.model_validate(self.train)
+        except ValidationError as exc:
+            raise ConfigError(f"{self.source} (train)", [validation_problem(e, "") for e in exc.errors()]) from None
+
+    def shopsim(self) -> ShopSimOptions:
+        """The training's ShopSim options on either backend (catalog, turns, skillbank, curriculum seed)."""
+        if self.backend == "local":
+            return self.train_config().shopsim
+        section = {**self.slime_train().shopsim, "run_dir": str(self.train_dir), "round_seed": self.seeds.curriculum}
+        return validate_options(section, f"{self.source} (train.shopsim)")
+
+    def train_document(self) -> dict[str, Any]:
+        """What the round writes to `train_config_path`: the local run config, or slime's plugin options."""
+        if self.backend == "local":
+            return self.train_config().model_dump(mode="json")
+        return {OPTIONS_KEY: self.shopsim().model_dump(mode="json")}
 
     def train_config(self) -> RunConfig:
-        """The training stage's config; it always saves the final checkpoint (the gate's fixed one)."""
+        """The local training stage's config; it always saves the final checkpoint (the gate's fixed one)."""
+        if self.backend != "local":
+            raise ConfigError(self.source, [f"round.backend: {self.backend} has no local training config"])
         raw = dict(self.train)
         driver = dict(raw.get("driver") or {})
         if driver.get("save_interval") is None and isinstance(driver.get("num_rollout"), int) and driver["num_rollout"] >= 1:
             driver["save_interval"] = driver["num_rollout"]  # slime's rule saves the last rollout anyway
+        driver["rollout_seed"] = self.seeds.rollout
         raw["driver"] = driver
+        raw["shopsim"] = {**(raw.get("shopsim") or {}), "round_seed": self.seeds.curriculum}
         identity = self.round
         if identity.start_checkpoint is not None:  # the round trains on from the previous round's policy
             raw["model"] = {**(raw.get("model") or {}), "checkpoint": identity.start_checkpoint}
@@ -110,9 +193,10 @@ class RoundConfig(_Strict):
         return analysis_config_from_mapping(raw, f"{self.source} (analysis)")
 
     def gate_config(self, checkpoint: str | os.PathLike[str]) -> GateConfig:
-        shopsim = self.train_config().shopsim
+        shopsim = self.shopsim()
         analysis_dir = self.round_dir / "analysis"
         raw = dict(self.gate)
+        raw["design"] = {**(raw.get("design") or {}), "seed": self.seeds.gate}
         raw["round"] = self.group
         raw["runs_root"] = self.round.runs_root
         raw["inputs"] = {
@@ -154,15 +238,19 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
     for (section, key), owner in _OWNED.items():
         if _has(sections[section], key):
             problems.append(f"{section}.{key}: set by the round ({owner}); remove it")
-    train = None
+    shopsim = None
     try:
-        train = config.train_config()
+        if config.backend == "docker":
+            config.slime_train()
+        shopsim = config.shopsim()
     except ConfigError as exc:
-        problems.extend(f"train.{p}" for p in exc.problems)
-    if train is not None and not train.shopsim.skillbank:
+        problems.extend(p if p.startswith("train.") else f"train.{p}" for p in exc.problems)
+    if shopsim is not None and not shopsim.skillbank:
         problems.append("train.shopsim.skillbank: required (the gate edits the round's skillbank)")
+    if (config.round.start_load is not None) and config.backend != "docker":
+        problems.append("round.start_load: only a docker round hands on a slime save (local: start_checkpoint)")
     for stage, derive in (("analysis", config.analysis_config), ("gate", config.gate_config)):
-        if stage == "gate" and (train is None or not train.shopsim.skillbank):
+        if stage == "gate" and (shopsim is None or not shopsim.skillbank):
             continue  # its inputs come from a training section that is already reported
         try:
             derive(_PLACEHOLDER_CHECKPOINT)
@@ -206,3 +294,12 @@ def _has(mapping: dict[str, Any], dotted: str) -> bool:
         target = target[part]
     return True
 
+
+
+def previous_group(group: str) -> str | None:
+    """`qwen35-4b-round-001` -> `qwen35-4b-round-000`; None for round 0 (the first round)."""
+    match = re.fullmatch(r"(.*-round-)([0-9]+)", group)
+    if match is None or int(match.group(2)) == 0:
+        return None
+    number = match.group(2)
+    return f"{match.group(1)}{int(number) - 1:0{len(number)}d}"

@@ -1,9 +1,11 @@
 """The round report: `runs/<group>/round_report.md` and `round_curves.png`, from local files only.
 
-Sources (no W&B server): train/metrics.jsonl (reward and success per rollout step),
+Sources (no W&B server): round_manifest.json (start checkpoint, seeds, warm start),
+train/metrics.jsonl (reward and success per rollout step),
 analysis/analysis_summary.json (the Analyst's counts), gate/contributions.json (the gate's table and
 what it selected or why it could not), the old and the selected skillbank (the diff), and each
-stage's wandb_status.json (where its offline W&B run is).
+stage's wandb_status.json (where its offline W&B run is). When the previous round's directory is
+beside this one (runs/<group N-1>), its numbers stand beside this round's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 from shopsimrl.metrics import names as m
 from shopsimrl.rollout.skillbank import Skillbank, load_skillbank
-from shopsimrl.round.config import RoundConfig
+from shopsimrl.round.config import RoundConfig, previous_group
+from shopsimrl.round.manifest import read_round_manifest
 from shopsimrl.round.next_round import NextRound
 from shopsimrl.round.state import STAGES, RoundState
 from shopsimrl.storage import atomic_write_bytes, atomic_write_text, read_jsonl
@@ -54,9 +57,16 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
     _write_curves(round_dir / CURVES_FILE, curve)
     summary = _json(round_dir / "analysis" / "analysis_summary.json")
     contributions = _json(round_dir / "gate" / "contributions.json")
-    old = load_skillbank(config.train_config().shopsim.skillbank or "")
+    old = load_skillbank(config.shopsim().skillbank or "")
     new = load_skillbank(next_round.skillbank)
+    manifest = read_round_manifest(round_dir)
     lines = [f"# Round {config.group}", ""]
+    seeds = manifest.get("seeds", {})
+    lines += [f"Backend `{config.backend}`; started from "
+              + (f"`{config.round.start_checkpoint}`" if config.round.start_checkpoint else "the base model")
+              + f"; seeds rollout {seeds.get('rollout')}, curriculum {seeds.get('curriculum')}, gate {seeds.get('gate')} "
+              f"(base {config.round.seed}, index {config.index}); warm start: "
+              + ("yes" if manifest.get("warm_start") else "no (the first optimizer step is a GRPO step)") + ".", ""]  # fmt: skip
     lines += ["| stage | status | attempts | finished at |", "| --- | --- | --- | --- |"]
     for stage in STAGES:
         record = state.record(stage)
@@ -69,18 +79,19 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
         lines.append(f"| {row['step']} | {row['reward_mean']:.3f} | {success} |")
     train = state.record("train")
     lines += ["", f"Final checkpoint: `{train['outputs']['checkpoint']}` (sha256 `{train['checkpoint_sha256']}`)", ""]
+    lines += _beside_previous(config, curve, summary, contributions)
     lines += ["## Failure Analyst", ""]
     counts = summary.get("metrics", {})
     lines += ["| " + " | ".join(k.removeprefix("analysis/") for k in counts) + " |",
               "|" + " --- |" * len(counts), "| " + " | ".join(str(v) for v in counts.values()) + " |", ""]  # fmt: skip
-    lines += ["## Gate", ""] + _gate_lines(contributions) + [""]
-    lines += ["## Skillbank: old -> new", "", f"old: `{config.train_config().shopsim.skillbank}`",
+    lines += ["## Gate", ""] + gate_lines(contributions) + [""]
+    lines += ["## Skillbank: old -> new", "", f"old: `{config.shopsim().skillbank}`",
               f"new: `{next_round.skillbank}` (sha256 `{next_round.skillbank_sha256}`)", "", "```"]  # fmt: skip
     lines += skillbank_diff(old, new) or ["(no change: the gate selected nothing)"]
     lines += ["```", "", "## Files", ""]
     for stage in STAGES:
         lines.append(f"- {stage}: `{round_dir / _STAGE_DIRS[stage]}/`")
-    lines += [f"- training checkpoints: `{config.train_config().checkpoint_dir}/`",
+    lines += [f"- training checkpoints: `{config.checkpoint_dir}/`",
               f"- round state: `{state.path}`; next round: `{next_round.manifest_path}`, `{next_round.config_path}`",
               "", "## W&B (group " + f"`{config.group}`, project `{settings.project}`)", ""]  # fmt: skip
     for stage in STAGES:
@@ -97,7 +108,37 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
     return path
 
 
-def _gate_lines(document: dict[str, Any]) -> list[str]:
+def _beside_previous(config: RoundConfig, curve: list[dict[str, float]], summary: dict[str, Any],
+                     contributions: dict[str, Any]) -> list[str]:  # fmt: skip
+    """Round N's numbers beside round N+1's, when round N's directory is there."""
+    previous = previous_group(config.group)
+    before = Path(config.round.runs_root) / previous if previous else None
+    if before is None or not before.is_dir():
+        return []
+    old_curve = training_curve(before / "train" / "metrics.jsonl")
+    old_summary = _json(before / "analysis" / "analysis_summary.json")
+    old_gate = _json(before / "gate" / "contributions.json")
+
+    def final(rows: list[dict[str, float]], key: str) -> str:
+        return f"{rows[-1][key]:.3f}" if rows and key in rows[-1] else "n/a"
+
+    def selected(document: dict[str, Any]) -> str:
+        if not document:
+            return "n/a"
+        effects = document["estimates"][document["decided_on"]]["effects"]
+        return ", ".join(e["intervention_id"] for e in effects if e["status"] == "selected") or "none"
+
+    candidates = m.ANALYSIS_CANDIDATES.name
+    return [f"### Beside the previous round ({previous})", "",
+            f"| | {previous} | {config.group} |", "| --- | --- | --- |",
+            f"| final reward_mean | {final(old_curve, 'reward_mean')} | {final(curve, 'reward_mean')} |",
+            f"| final success_rate | {final(old_curve, 'success_rate')} | {final(curve, 'success_rate')} |",
+            f"| Analyst candidates | {old_summary.get('metrics', {}).get(candidates, 'n/a')} | "
+            f"{summary.get('metrics', {}).get(candidates, 'n/a')} |",
+            f"| gate selected | {selected(old_gate)} | {selected(contributions)} |", ""]  # fmt: skip
+
+
+def gate_lines(document: dict[str, Any]) -> list[str]:
     if not document:
         return ["(no contributions.json)"]
     summary = document["summary"]

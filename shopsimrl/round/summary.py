@@ -38,6 +38,11 @@ def round_summary(config: RoundConfig, result: RoundResult) -> str:
         lines.append(f"{stage:<9} ({how:<15}) {numbers[stage]}")
     lines += result.gate_lines[1:]  # the gate's own reasons, when it ran in this call
     lines.append(f"files:       {round_dir}/{{train,analysis,gate}}/, checkpoint {result.next_round.checkpoint}")
+    manifest = _json(round_dir / "round_manifest.json")
+    seeds = manifest.get("seeds", {})
+    lines.append(f"round:       backend {config.backend}, seeds rollout {seeds.get('rollout')} / curriculum "
+                 f"{seeds.get('curriculum')} / gate {seeds.get('gate')}, warm start "
+                 f"{'yes' if manifest.get('warm_start') else 'no'}")  # fmt: skip
     for stage in STAGES:
         run_file = _json(round_dir / stage / "wandb_status.json").get("run_file")
         if run_file:

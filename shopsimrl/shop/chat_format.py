@@ -1,4 +1,4 @@
-"""Rendering conversations as the model sees them: Qwen-style ChatML with tools.
+"""Our ChatML rendering of conversations with tools: Qwen-style turns, two tool-call syntaxes.
 
 Two tool-call syntaxes (docs/environment.md, "Tool-call format"):
 - `ToolCallFormat.JSON` (Qwen3, the default): `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
@@ -6,6 +6,13 @@ Two tool-call syntaxes (docs/environment.md, "Tool-call format"):
   whose assistant turns also open with an empty `<think>` block (thinking disabled).
 
 The parser (`tool_calls.py`) accepts both, whatever was rendered.
+
+What the model sees is rendered by `shopsimrl.rollout.prompting.ChatRenderer` (docs/rollout.md, "The
+checkpoint's chat template"): its opening turns come from the checkpoint's own chat template, its
+later turns are the pieces below (`tool_response_turn`, `ASSISTANT_TURN_END`). For a template that
+ignores tools, the tool block goes into the system message exactly as `system_with_tools` writes it.
+`render_chat` is this module's whole-conversation rendering: what a plain ChatML template (SmolLM2,
+the tiny test model) gives with that fallback, and what `shopsimrl shop play` shows.
 
 Rendering is prefix-stable: a conversation renders as the concatenation of its turns, so
 `render_chat(m[:k]) + turn_text(m[k]) == render_chat(m[:k+1])`, and with a generation prompt the
@@ -101,9 +108,14 @@ def assistant_header(fmt: ToolCallFormat | str = ToolCallFormat.JSON) -> str:
     return f"{IM_START}assistant\n{think}"
 
 
+def tool_response_text(observation: str) -> str:
+    """A tool result wrapped as Qwen templates wrap tool messages (the content of its user turn)."""
+    return f"<tool_response>\n{observation}\n</tool_response>"
+
+
 def tool_response_turn(observation: str) -> str:
     """A tool result as the next (user-role) turn, as Qwen templates render tool messages."""
-    return f"{IM_START}user\n<tool_response>\n{observation}\n</tool_response>{IM_END}\n"
+    return f"{IM_START}user\n{tool_response_text(observation)}{IM_END}\n"
 
 
 def continuation_after_assistant(observation: str, fmt: ToolCallFormat | str = ToolCallFormat.JSON) -> str:
@@ -112,7 +124,22 @@ def continuation_after_assistant(observation: str, fmt: ToolCallFormat | str = T
     return ASSISTANT_TURN_END + tool_response_turn(observation) + assistant_header(fmt)
 
 
-def _assistant_text(message: dict, fmt: ToolCallFormat) -> str:
+def system_with_tools(
+    content: str, tools: Sequence[dict], fmt: ToolCallFormat | str = ToolCallFormat.JSON
+) -> str:
+    """The system message's text with our tool block (none without tools): the text of our system turn."""
+    if not tools:
+        return content
+    block = _tools_block(tools, ToolCallFormat(fmt))
+    if not content:
+        return block
+    # Qwen3 puts the system text before the tools, Qwen3.5 after them.
+    return f"{content}\n\n{block}" if ToolCallFormat(fmt) is ToolCallFormat.JSON else f"{block}\n\n{content}"
+
+
+def assistant_text(message: dict, fmt: ToolCallFormat | str = ToolCallFormat.JSON) -> str:
+    """An assistant message's text after its header: the content verbatim, then any `tool_calls` formatted."""
+    fmt = ToolCallFormat(fmt)
     content = message.get("content") or ""
     calls = message.get("tool_calls") or []
     if calls:
@@ -128,19 +155,11 @@ def turn_text(
     fmt = ToolCallFormat(fmt)
     role = message["role"]
     if role == "system":
-        body = message.get("content") or ""
-        if tools:
-            block = _tools_block(tools, fmt)
-            # Qwen3 puts the system text before the tools, Qwen3.5 after them.
-            if not body:
-                body = block
-            else:
-                body = f"{body}\n\n{block}" if fmt is ToolCallFormat.JSON else f"{block}\n\n{body}"
-        return f"{IM_START}system\n{body}{IM_END}\n"
+        return f"{IM_START}system\n{system_with_tools(message.get('content') or '', tools, fmt)}{IM_END}\n"
     if role == "user":
         return f"{IM_START}user\n{message['content']}{IM_END}\n"
     if role == "assistant":
-        return assistant_header(fmt) + _assistant_text(message, fmt) + ASSISTANT_TURN_END
+        return assistant_header(fmt) + assistant_text(message, fmt) + ASSISTANT_TURN_END
     if role == "tool":
         return tool_response_turn(message["content"])
     raise ValueError(f"unknown message role {role!r}; expected system, user, assistant or tool")

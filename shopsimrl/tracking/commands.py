@@ -33,11 +33,12 @@ def sync_command(wandb_dir: Path | None, dry_run: bool, timeout_s: float) -> Non
     """Sync every unsynced offline-run-* under WANDB_DIR (default: $WANDB_DIR, else ./wandb).
 
     Success is the run-<id>.wandb.synced marker, not wandb's exit code. Exits 1 if any run failed.
+    Credentials (WANDB_API_KEY, or `wandb login`'s netrc) are checked before anything is uploaded.
 
     Example: shopsimrl wandb sync /persistent/wandb --timeout 900
     """
     from shopsimrl.tracking.settings import ENV_DIR
-    from shopsimrl.tracking.sync import format_table, sync_runs
+    from shopsimrl.tracking.sync import SyncStatus, credentials_hint, format_table, server_url, sync_runs
 
     root = wandb_dir or Path(os.environ.get(ENV_DIR) or "wandb")
     try:
@@ -48,6 +49,8 @@ def sync_command(wandb_dir: Path | None, dry_run: bool, timeout_s: float) -> Non
         click.echo(f"no offline runs under {root}")
         return
     click.echo(format_table(results))
+    if any(result.status is SyncStatus.NO_CREDENTIALS for result in results):
+        click.echo(credentials_hint(server_url()), err=True)
     if any(not result.status.ok for result in results):
         raise SystemExit(1)
 

@@ -1,7 +1,9 @@
 """Upload offline runs with `wandb sync`, one run at a time, trusting the `.synced` marker only.
 
 `wandb sync` (0.31) exits 0 even when the run could not be initialised on the server, and hangs on an
-unreachable server with its default retries. So the server (or the proxy in front of it) is first
+unreachable server with its default retries. So the credentials are checked first, without network
+(wandb's own sources: WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE, or a netrc entry for the server;
+none is "no credentials", with how to provide them); then the server (or the proxy in front of it) is
 checked with one TCP connect (a closed port or an unknown host is "server unreachable" at once,
 instead of a timeout per run); then each run is synced in its own process group under a
 wall-clock timeout, and success is the marker `run-<id>.wandb.synced` that wandb writes next to the
@@ -16,6 +18,7 @@ run file after an upload, not the exit code. Runs that already have the marker a
 from __future__ import annotations
 
 import configparser
+import netrc
 import os
 import shutil
 import signal
@@ -44,6 +47,7 @@ class SyncStatus(StrEnum):
     FAILED = "failed"  # non-zero exit
     TIMEOUT = "timeout"  # killed after the timeout
     UNREACHABLE = "unreachable"  # the server (or proxy) refused or did not answer a TCP connect: not tried
+    NO_CREDENTIALS = "no_credentials"  # no API key for the server in the environment or netrc: not tried
 
     @property
     def ok(self) -> bool:
@@ -126,6 +130,38 @@ def server_url(env: Mapping[str, str] | None = None) -> str:
     return parser.get("default", "base_url", fallback=None) or DEFAULT_BASE_URL
 
 
+def credentials_source(url: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Where `wandb sync` finds credentials for the server at `url`, or None when it has none.
+
+    wandb 0.31's sources, in its order (wandb/sdk/lib/wbauth): WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE,
+    then the netrc file ($NETRC, else ~/.netrc) entry with a password for the server's host[:port].
+    Nothing is sent anywhere: whether the server accepts the key shows in the upload itself.
+    """
+    env = os.environ if env is None else env
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if env.get(name):
+            return name
+    path = Path(env["NETRC"]).expanduser() if env.get("NETRC") else Path(env.get("HOME") or "~").expanduser() / ".netrc"
+    netloc = urlsplit(url).netloc
+    try:
+        entry = netrc.netrc(str(path)).authenticators(netloc) if path.is_file() and netloc else None
+    except (netrc.NetrcParseError, OSError, UnicodeDecodeError):
+        entry = None  # wandb warns and ignores such a file too
+    return f"netrc {path}" if entry and entry[2] else None
+
+
+def credentials_hint(url: str) -> str:
+    """How to provide W&B credentials for the server at `url` (the two routes docs/wandb.md describes)."""
+    host = urlsplit(url).hostname or url
+    login = "wandb login" if url.rstrip("/") == DEFAULT_BASE_URL else f"wandb login --host {url}"
+    return (
+        f"no W&B credentials for {host}: nothing was uploaded. Provide them one of two ways, then sync again: "
+        f"run `{login}` on this host (it writes ~/.netrc, which `make wandb-sync` mounts into the container), "
+        "or export WANDB_API_KEY (e.g. from a secret manager; compose passes it by name). Never pass the key "
+        "on a command line."
+    )
+
+
 def unreachable_reason(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """Why a TCP connection to the server of `url` (or the proxy the environment names for it)
     cannot be made, or None when it can."""
@@ -162,26 +198,30 @@ def sync_runs(
 ) -> list[SyncResult]:
     """Sync every unsynced offline run under `wandb_dir`, one `wandb sync` process per run.
 
-    Unless `dry_run`, the server (`base_url`, default `server_url()`) is checked first; when it
-    cannot be reached every unsynced run is reported UNREACHABLE and no `wandb sync` is started.
+    Unless `dry_run`, the credentials for the server (`base_url`, default `server_url()`) are checked
+    first, then the server itself: without credentials every unsynced run is reported
+    NO_CREDENTIALS (`credentials_hint` says how to provide them), without a server UNREACHABLE, and
+    no `wandb sync` is started.
     """
     runs = find_offline_runs(wandb_dir)
     executable = wandb_executable or default_wandb_executable()
     pending = [run for run in runs if not run.synced]
-    unreachable = None
+    blocked: tuple[SyncStatus, str] | None = None
     if pending and not dry_run:
         url = base_url or server_url()
-        reason = unreachable_reason(url)
-        if reason is not None:
-            unreachable = f"server unreachable: {reason}; nothing uploaded (server {url})"
+        if credentials_source(url) is None:
+            host = urlsplit(url).hostname or url
+            blocked = (SyncStatus.NO_CREDENTIALS, f"no W&B credentials for {host}; nothing uploaded (server {url})")
+        elif (reason := unreachable_reason(url)) is not None:
+            blocked = (SyncStatus.UNREACHABLE, f"server unreachable: {reason}; nothing uploaded (server {url})")
     # wandb's CLI writes its debug log under $WANDB_DIR/wandb/logs (or ./wandb/logs without it).
     env = {**os.environ, "WANDB_DIR": str(Path(wandb_dir).absolute())}
     results = []
     for run in runs:
         if run.synced:
             results.append(SyncResult(run, SyncStatus.ALREADY_SYNCED, 0.0, None, "marker present"))
-        elif unreachable is not None:
-            results.append(SyncResult(run, SyncStatus.UNREACHABLE, 0.0, None, unreachable))
+        elif blocked is not None:
+            results.append(SyncResult(run, blocked[0], 0.0, None, blocked[1]))
         else:
             results.append(
                 _sync_one(run, executable, dry_run=dry_run, timeout_s=timeout_s, extra=list(extra_args), env=env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,13 +17,28 @@ from shopsimrl.cli import main
 from shopsimrl.errors import ConfigError
 
 EXAMPLE = ROOT / "configs" / "archive" / "trace2skill_online_analysis.example.yaml"
-SHIPPED = ROOT / "configs" / "trace2skill_online_analysis.yaml"
+PRODUCTION = ROOT / "configs" / "trace2skill_online_analysis.yaml"
+DEMO = ROOT / "configs" / "local" / "analysis.yaml"
 
 
-@pytest.mark.parametrize("path", [EXAMPLE, SHIPPED], ids=["example", "shipped"])
+@pytest.mark.parametrize("path", [EXAMPLE, DEMO], ids=["example", "demo"])
 def test_shipped_configs_load_with_their_round_options(path, monkeypatch):
     monkeypatch.chdir(ROOT)  # paths inside are relative to the repository root, as make runs them
     config = load_analysis_config(path)
+    assert load_round_options(config).catalog.num_products > 0
+
+
+def test_the_production_config_takes_its_round_from_overrides(monkeypatch):
+    """What the `analyze` service sets (compose.yaml; tests/ops/test_compose_services.py runs its command)."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as error:
+        load_analysis_config(PRODUCTION)
+    assert error.value.problems == ["run: Field required", "shopsim_config: Field required"]
+    config = load_analysis_config(PRODUCTION, {"run.group": "qwen35-4b-round-001",
+                                               "shopsim_config": "configs/shopsim.formal.yaml",
+                                               "trial.tokenizer": "checkpoints/qwen35-4b-round-001/hf/rollout-199"})
+    assert (config.run.group, config.train_dir) == ("qwen35-4b-round-001", Path("runs/qwen35-4b-round-001/train"))
+    assert (config.lessons.backend.value, config.trial.generator.value) == ("llm", "sglang")
     assert load_round_options(config).catalog.num_products > 0
 
 
@@ -102,6 +118,19 @@ def test_a_w_and_b_group_from_the_environment_yields_to_the_round(tmp_path, wand
     assert "no training stage directory" in result.output.splitlines()[-1]
 
 
+def test_set_gives_the_config_the_round_of_the_environment(tmp_path, wandb_offline):
+    """`--set run.group=...` (the analyze service's) makes WANDB_GROUP's round the config's: no note."""
+    path = write_configs(tmp_path)
+    result = CliRunner().invoke(main, ["training", "analyze", str(path), "--wandb", "--set", "run.group=round-001"],
+                                env={"WANDB_GROUP": "round-001"})  # fmt: skip
+    assert "is not the round" not in result.output
+    assert result.output.splitlines()[-1] == (
+        f"Error: {tmp_path / 'runs' / 'round-001' / 'train'}: no training stage directory; run the round's training first")
+    bad = CliRunner().invoke(main, ["training", "analyze", str(path), "--set", "run.group"])
+    assert bad.exit_code == 2
+    assert "'run.group' is not KEY=VALUE (e.g. run.group=qwen35-4b-round-001)" in bad.output
+
+
 def test_a_train_dir_glob_names_the_newest_run_and_analysis_sits_beside_it(tmp_path):
     for name in ("demo-000-20260101T000000.1Z", "demo-000-20260102T000000.1Z", "demo-000-20251231T000000.1Z"):
         (tmp_path / "runs" / name / "train").mkdir(parents=True)
@@ -122,7 +151,7 @@ def _make(*args: str, **env: str) -> str:
 
 
 def test_make_analyze_on_both_runners():
-    cli = ".venv/bin/python -m shopsimrl.cli training analyze configs/trace2skill_online_analysis.yaml --wandb"
+    cli = ".venv/bin/python -m shopsimrl.cli training analyze configs/local/analysis.yaml --wandb"
     assert _make("analyze", "RUNNER=local") == cli
     assert _make("analyze", "RUNNER=local", "ANALYZE_CONFIG=c.yaml").endswith("training analyze c.yaml --wandb")
     assert _make("analyze").endswith("run --rm analyze")

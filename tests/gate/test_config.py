@@ -20,17 +20,36 @@ SHIPPED = [
     "configs/trace2skill_online_gate.yaml",
     "configs/local/gate.yaml",
 ]
+# The production config names no round: the `gate` compose service sets these keys from WANDB_GROUP
+# and the checkpoint SGLang serves (tests/ops/test_compose_services.py runs the service's command).
+ROUND_KEYS = {
+    "round": "qwen35-4b-round-001",
+    "inputs.checkpoint": "checkpoints/qwen35-4b-round-001/hf/rollout-199",
+    "inputs.candidate_pool": "runs/qwen35-4b-round-001/analysis/candidate_pool.json",
+    "inputs.proposal_ledger": "runs/qwen35-4b-round-001/analysis/proposal_ledger.jsonl",
+}
+
+
+def _load_shipped(path: str, overrides: dict | None = None):
+    return load_gate_config(ROOT / path, {**(ROUND_KEYS if path == SHIPPED[1] else {}), **(overrides or {})})
 
 
 @pytest.mark.parametrize("path", SHIPPED)
 def test_shipped_configs_validate(path):
-    config = load_gate_config(ROOT / path)
+    config = _load_shipped(path)
     assert config.design.split == "validation"
 
 
 def test_example_and_round_config_carry_the_validated_design():
     for path in SHIPPED[:2]:
-        assert load_gate_config(ROOT / path).design == DesignConfig()
+        assert _load_shipped(path).design == DesignConfig()
+
+
+def test_the_production_config_names_no_round():
+    with pytest.raises(ConfigError) as info:
+        load_gate_config(ROOT / SHIPPED[1])
+    assert info.value.problems == ["round: Field required", "inputs.checkpoint: Field required",
+                                   "inputs.candidate_pool: Field required"]
 
 
 def test_demo_pool_belongs_to_the_demo_skillbank_and_applies():
@@ -42,7 +61,7 @@ def test_demo_pool_belongs_to_the_demo_skillbank_and_applies():
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    raw = yaml.safe_load((ROOT / SHIPPED[1]).read_text())
+    raw = yaml.safe_load((ROOT / SHIPPED[0]).read_text())
     raw["design"]["tasks"] = 500
     raw["generator"]["url"] = None
     raw["episode"]["colour"] = "red"
@@ -59,8 +78,8 @@ def test_every_problem_is_reported_at_once(tmp_path):
 
 def test_sglang_backend_needs_a_url_and_overrides_apply(tmp_path):
     with pytest.raises(ConfigError, match="generator.url is required with generator.backend: sglang"):
-        load_gate_config(ROOT / SHIPPED[1], {"generator.url": None})
-    config = load_gate_config(ROOT / SHIPPED[1], {"design.tasks": 8, "design.pairing": "bare"})
+        _load_shipped(SHIPPED[1], {"generator.url": None})
+    config = _load_shipped(SHIPPED[1], {"design.tasks": 8, "design.pairing": "bare"})
     assert (config.design.tasks, config.design.pairing.value, config.design.episodes) == (8, "bare", 48)
 
 
@@ -69,6 +88,6 @@ def test_compose_gate_service_serves_the_checkpoint_with_sglang_on_the_gpus():
     gate, train = services["gate"], services["train"]
     for key in ("image", "deploy", "ipc", "shm_size", "ulimits", "volumes", "env_file"):
         assert gate[key] == train[key], key
-    script = gate["command"][-1]
-    assert "sglang.launch_server" in script and "--enable-deterministic-inference" in script
-    assert script.endswith('shopsimrl training online-gate "$$GATE_CONFIG"')
+    # scripts/with_sglang.sh serves the checkpoint (tests/ops/test_with_sglang.py), then the gate runs.
+    assert gate["command"][2:6] == ["bash", "/opt/shopsimrl/scripts/with_sglang.sh", "bash", "-c"]
+    assert "exec shopsimrl training online-gate configs/trace2skill_online_gate.yaml" in gate["command"][-1]

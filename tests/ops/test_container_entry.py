@@ -69,3 +69,44 @@ def test_no_command_is_an_error(tmp_path: Path):
     result = subprocess.run(["bash", ENTRY], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert result.stderr == "container_entry.sh: error: no command given\n"
+
+
+def _fake_ray(tmp_path: Path) -> dict[str, str]:
+    """`ray` on PATH that records its arguments and leaves a file in runs/, as the stopped job would."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text('#!/bin/sh\nmkdir -p runs && printf "%s\\n" "$*" >> runs/ray.log\n')
+    (bin_dir / "ray").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOST_UID": "12345", "HOST_GID": "23456"}
+
+
+def _terminate_when_started(proc: subprocess.Popen, started: Path) -> int:
+    for _ in range(600):  # poll until the command is running (no timing assertion)
+        if started.exists():
+            break
+        try:
+            proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
+def test_sigterm_stops_the_ray_job_before_the_hand_back(tmp_path: Path):
+    """The launcher's command is the `ray job submit` client: the job itself must be stopped too."""
+    env = _fake_ray(tmp_path)
+    proc = subprocess.Popen(["bash", ENTRY, "bash", "-c", "mkdir -p runs/g && touch runs/g/started && exec sleep 600"],
+                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    assert _terminate_when_started(proc, tmp_path / "runs/g/started") == 128 + signal.SIGTERM
+    assert (tmp_path / "runs/ray.log").read_text() == "stop\n"
+    assert "container_entry.sh: stopping the Ray job (ray stop) before handing the outputs back" in proc.stderr.read()
+    if os.geteuid() == 0:  # what `ray stop` left behind was handed back too: it ran first
+        assert _owners(tmp_path / "runs") == {(12345, 23456)}
+
+
+def test_a_command_that_ends_by_itself_stops_no_ray(tmp_path: Path):
+    env = _fake_ray(tmp_path)
+    result = subprocess.run(["bash", ENTRY, "bash", "-c", "exit 4"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 4
+    assert not (tmp_path / "runs/ray.log").exists()

@@ -112,7 +112,7 @@ def test_container_preflight_passes_with_converted_matching_checkpoint(workspace
 def test_chat_template_check_skips_without_a_checkpoint_and_is_in_both_preflights(workspace: Path):
     result = check_chat_template(_container(workspace))
     assert (result.status, result.detail) == (
-        Status.SKIP, f"no checkpoint at {workspace}/models/Qwen3.5-4B: render_chat cannot be compared with its template")
+        Status.SKIP, f"no checkpoint at {workspace}/models/Qwen3.5-4B: the rollout cannot be compared with its template")
     names = [r.name for r in run_preflight(PreflightContext(root=ROOT, runner=Runner.LOCAL, min_free_gib=0.01,
                                                             env={**os.environ, "MODELS_DIR": str(workspace)}))]
     assert "chat template agreement" in names

@@ -108,3 +108,38 @@ def test_complete_launch_starts_ray_and_writes_only_under_the_launch_directory(l
     assert "/workspace" not in text
     assert _created(launch_dir) == ["bin", "checkpoints", "configs", "models", "ray.log", "runs", "slime"]
     assert Path("/workspace").exists() == workspace_existed
+
+
+def test_start_load_without_a_tracker_stops_the_launch(launch_dir: Path):
+    """START_LOAD must be a finished slime save dir: slime would otherwise fall back to the base model."""
+    model = model_dir(launch_dir)
+    converted_checkpoint(launch_dir, model)
+    prompt_data(launch_dir)
+    previous = launch_dir / "checkpoints/round-prev"
+    previous.mkdir(parents=True)
+    run = _launch(launch_dir, START_LOAD="checkpoints/round-prev")
+    assert run.returncode == 2
+    assert (f"error: START_LOAD {previous} holds no latest_checkpointed_iteration.txt: it is not a finished slime "
+            "save dir (the previous round's checkpoints/<group>, written with --save)") in run.stderr
+    assert not (launch_dir / "ray.log").exists()
+    (previous / "latest_checkpointed_iteration.txt").write_text("iter_199")
+    run = _launch(launch_dir, START_LOAD="checkpoints/round-prev")
+    assert run.returncode == 2
+    assert (f"error: START_LOAD: {previous}/latest_checkpointed_iteration.txt: expected an iteration number or "
+            "'release', found 'iter_199'") in run.stderr
+
+
+def test_a_next_round_launch_loads_the_previous_rounds_save(launch_dir: Path):
+    model = model_dir(launch_dir)
+    converted_checkpoint(launch_dir, model)
+    prompt_data(launch_dir)
+    previous = launch_dir / "checkpoints/round-prev"
+    (previous / "iter_0000199").mkdir(parents=True)
+    (previous / "latest_checkpointed_iteration.txt").write_text("199")
+    run = _launch(launch_dir, START_LOAD="checkpoints/round-prev")
+    assert run.returncode == 0, run.stderr
+    submit = (launch_dir / "ray.log").read_text().splitlines()[2].split()
+    assert value_of(submit, "--ref-load") == str(previous)
+    assert value_of(submit, "--load") == value_of(submit, "--save") == str(launch_dir / "checkpoints/round-test")
+    assert (f"start: hand-off: --ref-load {previous} (iteration 199) with an empty --load "
+            f"{launch_dir}/checkpoints/round-test: slime starts at rollout 0") in run.stderr

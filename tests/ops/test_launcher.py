@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from ops_helpers import ROOT, dry_run, value_of
 
-from shopsimrl.ops.slime_flags import FORBIDDEN_FLAGS, flags_in_command, unlisted_flags
+from shopsimrl.ops.slime_flags import (
+    FLAG_NAMES,
+    FORBIDDEN_FLAGS,
+    HANDOFF_BREAKING_FLAGS,
+    flags_in_command,
+    unlisted_flags,
+)
 
 WANDB_FLAGS = {"--use-wandb", "--wandb-project", "--wandb-group", "--disable-wandb-random-suffix",
                "--wandb-team", "--wandb-mode", "--wandb-dir"}
@@ -44,13 +53,17 @@ def test_use_wandb_unset_means_0():
     assert "--use-wandb" not in run.submit
 
 
-def test_use_wandb_1_minimal():
+def test_use_wandb_1_minimal_is_offline_by_default():
+    """slime's own default mode is online (fails at wandb.init without credentials): always pass it."""
     run = dry_run(USE_WANDB="1", WANDB_PROJECT="shopsimrl", WANDB_GROUP="qwen35-4b-round-007")
     assert run.returncode == 0, run.stderr
     # A smoke run has its own group: it never mixes into the round it checks.
-    assert run.submit[-6:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group",
-                               "qwen35-4b-round-007-smoke", "--disable-wandb-random-suffix"]
-    assert "--wandb-team" not in run.submit and "--wandb-mode" not in run.submit and "--wandb-dir" not in run.submit
+    assert run.submit[-8:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group",
+                               "qwen35-4b-round-007-smoke", "--disable-wandb-random-suffix", "--wandb-mode", "offline"]
+    assert "--wandb-team" not in run.submit and "--wandb-dir" not in run.submit
+    runtime = json.loads(next(t for t in run.submit if t.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert runtime["env_vars"]["WANDB_MODE"] == "offline"  # the workers' own wandb calls agree with slime
+    assert run.plan["credentials"].startswith("none needed now: WANDB_MODE=offline")
 
 
 def test_use_wandb_1_with_entity_mode_and_dir():
@@ -60,6 +73,8 @@ def test_use_wandb_1_with_entity_mode_and_dir():
     assert run.submit[-12:] == ["--use-wandb", "--wandb-project", "shopsimrl", "--wandb-group", "g0-smoke",
                                 "--disable-wandb-random-suffix", "--wandb-team", "my-team", "--wandb-mode",
                                 "offline", "--wandb-dir", "/workspace/wandb"]
+    online = dry_run(USE_WANDB="1", WANDB_MODE="online").submit
+    assert value_of(online, "--wandb-mode") == "online"
 
 
 @pytest.mark.parametrize("value", ["2", "true", "yes", " 1"])
@@ -268,3 +283,141 @@ def test_background_retries_are_refused_at_launch_because_the_launcher_colocates
     assert run.returncode == 2
     assert f"error: {plugin}: shopsim_retry_mode=background needs engines that are not colocated" in run.stderr
     assert "--colocate" in dry_run("configs/slime/formal.env").submit
+
+
+# ------------------------------------------------------ issues 23 and 27: rounds after the first one
+
+
+def test_round_001_dry_run_shows_the_handoff_and_only_round_001s_paths():
+    """START_LOAD -> --ref-load; --load/--save are round 001's own (docs/slime_handoff.md)."""
+    run = dry_run("configs/slime/formal.env", WANDB_GROUP="qwen35-4b-round-001", USE_WANDB="1",
+                  START_LOAD="checkpoints/qwen35-4b-round-000", ROLLOUT_SEED="1001")
+    assert run.returncode == 0, run.stderr
+    argv = run.submit
+    assert value_of(argv, "--ref-load") == str(ROOT / "checkpoints/qwen35-4b-round-000")
+    assert value_of(argv, "--load") == value_of(argv, "--save") == str(ROOT / "checkpoints/qwen35-4b-round-001")
+    assert value_of(argv, "--save-hf") == str(ROOT / "checkpoints/qwen35-4b-round-001/hf/rollout-{rollout_id}")
+    assert value_of(argv, "--rollout-seed") == "1001"
+    assert value_of(argv, "--wandb-mode") == "offline"
+    assert "--finetune" not in argv and "--start-rollout-id" not in argv  # both would break round 001's resume
+    # Round 000 appears once: as the weights round 001 starts from.
+    assert [t for t in argv if "round-000" in t] == [str(ROOT / "checkpoints/qwen35-4b-round-000")]
+    assert run.plan["start"].startswith(f"hand-off: --ref-load {ROOT}/checkpoints/qwen35-4b-round-000 (")
+    assert run.plan["start"].endswith(
+        f"with an empty --load {ROOT}/checkpoints/qwen35-4b-round-001: slime starts at rollout 0 from the "
+        "previous round's final weights with a fresh optimizer (docs/slime_handoff.md)")
+
+
+def test_first_round_starts_from_the_converted_base_model():
+    run = dry_run("configs/slime/formal.env", WANDB_GROUP="qwen35-4b-round-000")
+    assert value_of(run.submit, "--ref-load") == str(ROOT / "checkpoints/base/Qwen3.5-4B_torch_dist")
+    assert run.plan["start"] == f"base: rollout 0 from --ref-load {ROOT}/checkpoints/base/Qwen3.5-4B_torch_dist " \
+                                "(the converted base model) with a fresh optimizer"
+
+
+def test_start_load_equal_to_the_rounds_own_save_dir_is_refused():
+    run = dry_run("configs/slime/formal.env", WANDB_GROUP="r-001", START_LOAD=str(ROOT / "checkpoints/r-001"))
+    assert run.returncode == 2 and run.stdout == ""
+    assert (f"error: START_LOAD {ROOT}/checkpoints/r-001 is this round's own save dir: slime would resume it at "
+            "its iteration + 1 and train 0 new steps; START_LOAD is the previous round's save dir "
+            "(checkpoints/<previous group>)") in run.stderr
+
+
+def test_rollout_seed_and_plugin_options_come_from_the_round(tmp_path: Path):
+    options = tmp_path / "shopsim_config.yaml"
+    options.write_text((ROOT / "configs/shopsim.formal.yaml").read_text())
+    formal = dry_run("configs/slime/formal.env", WANDB_GROUP="g-001", ROLLOUT_SEED="77", SHOPSIM_CONFIG=str(options))
+    assert formal.returncode == 0, formal.stderr
+    assert value_of(formal.submit, "--rollout-seed") == "77"
+    assert "config=configs/slime/formal.env" in formal.stderr
+    # The smoke profile keeps its own options: a smoke check never runs the round's formal options.
+    smoke = dry_run("configs/slime/smoke.env", ROLLOUT_SEED="78", SHOPSIM_CONFIG=str(tmp_path / "absent.yaml"))
+    assert smoke.returncode == 0, smoke.stderr
+    assert value_of(smoke.submit, "--rollout-seed") == "78"
+    # Outside a round the constants apply.
+    assert value_of(dry_run("configs/slime/formal.env").submit, "--rollout-seed") == "42"
+
+
+def test_the_rounds_plugin_options_are_what_prepare_validates(tmp_path: Path):
+    bad = tmp_path / "shopsim_config.yaml"
+    bad.write_text("shopsim:\n  run_dir: runs/{group}/train\n  bogus: 1\n")
+    run = dry_run("configs/slime/formal.env", SHOPSIM_CONFIG=str(bad))
+    assert run.returncode == 2
+    assert "shopsim.bogus: Extra inputs are not permitted" in run.stderr
+
+
+@pytest.mark.parametrize("seed", ["-1", "4.2", "abc", ""])
+def test_a_rollout_seed_that_is_no_integer_is_refused(seed):
+    run = dry_run("configs/slime/formal.env", ROLLOUT_SEED=seed)
+    if seed == "":  # empty means unset: the profile's constant
+        assert value_of(run.submit, "--rollout-seed") == "42"
+        return
+    assert run.returncode == 2
+    assert run.stderr == f"run_shopsimrl_slime.sh: error: ROLLOUT_SEED must be a non-negative integer, got '{seed}'\n"
+
+
+def test_gpu_counts_come_from_the_environment():
+    formal = dry_run("configs/slime/formal.env", NUM_GPUS="4")
+    assert value_of(formal.submit, "--actor-num-gpus-per-node") == "4"
+    assert value_of(formal.ray_start, "--num-gpus") == "4"
+    smoke = dry_run("configs/slime/smoke.env", SMOKE_NUM_GPUS="2", NUM_GPUS="8")
+    assert value_of(smoke.submit, "--actor-num-gpus-per-node") == "2" and value_of(smoke.ray_start, "--num-gpus") == "2"
+    bad = dry_run("configs/slime/formal.env", NUM_GPUS="eight")
+    assert bad.returncode == 2
+    assert bad.stderr == ("run_shopsimrl_slime.sh: error: configs/slime/formal.env: the GPU count "
+                          "(NUM_GPUS / SMOKE_NUM_GPUS) must be a positive integer, got 'eight'\n")
+
+
+def test_dry_run_works_on_a_host_without_torch(tmp_path: Path):
+    """The launch checks import no torch: `shopsimrl.models` loads its torch-backed names lazily.
+
+    A host's venv has neither torch nor slime (slime needs torch): both are blocked, and the test
+    session's vendored slime is left off PYTHONPATH.
+    """
+    blocker = tmp_path / "no_torch"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['torch'] = sys.modules['slime'] = None  # as if not installed\n")
+    pythonpath = str(blocker)
+    for module in ("torch", "slime"):
+        probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": pythonpath}, check=False)  # fmt: skip
+        assert probe.returncode == 1 and "ModuleNotFoundError" in probe.stderr  # the blocker works
+    for config in ("configs/slime/formal.env", "configs/slime/smoke.env"):
+        run = dry_run(config, PYTHONPATH=pythonpath, WANDB_GROUP="qwen35-4b-round-001",
+                      START_LOAD="checkpoints/qwen35-4b-round-000")
+        assert run.returncode == 0, run.stderr
+        assert run.submit[:3] == ["ray", "job", "submit"]
+
+
+@pytest.mark.parametrize("config", ["configs/slime/smoke.env", "configs/slime/formal.env"])
+@pytest.mark.parametrize("start_load", ["", "checkpoints/qwen35-4b-round-000"])
+def test_no_launch_passes_a_flag_that_breaks_the_handoff(config, start_load):
+    run = dry_run(config, WANDB_GROUP="qwen35-4b-round-001", START_LOAD=start_load)
+    assert run.returncode == 0, run.stderr
+    assert set(flags_in_command(run.submit)) & HANDOFF_BREAKING_FLAGS == set()
+    assert not HANDOFF_BREAKING_FLAGS & FLAG_NAMES  # nor may they be declared as launcher flags
+
+
+def test_the_round_runner_hands_each_round_its_own_rollout_seed_and_start(tmp_path):
+    """Issue 27: the slime dry run of round 001, from the environment the round runner gives the train
+    service, shows a rollout seed other than round 000's and round 000's save as the start."""
+    from shopsimrl.round import load_round_config
+    from shopsimrl.round.backends import round_environment, train_environment
+    from shopsimrl.tracking import WandbSettings
+
+    first = load_round_config(ROOT / "configs" / "round.yaml")
+    second = load_round_config(ROOT / "configs" / "round.yaml", {
+        "round.group": "qwen35-4b-round-001", "round.start_load": "checkpoints/qwen35-4b-round-000"})  # fmt: skip
+    seeds = []
+    for config in (first, second):
+        env = {**round_environment(config, WandbSettings(enabled=True)), **train_environment(config)}
+        options = tmp_path / f"{config.group}.yaml"  # the runner writes runs/<group>/shopsim_config.yaml
+        options.write_text(__import__("yaml").safe_dump(config.train_document()))
+        run = dry_run("configs/slime/formal.env", **{**env, "SHOPSIM_CONFIG": str(options)})
+        assert run.returncode == 0, run.stderr
+        seeds.append(value_of(run.submit, "--rollout-seed"))
+        assert seeds[-1] == str(config.seeds.rollout) and value_of(run.submit, "--wandb-mode") == "offline"
+    assert seeds[0] != seeds[1]
+    assert value_of(run.submit, "--ref-load") == str(ROOT / "checkpoints/qwen35-4b-round-000")
+    assert value_of(run.submit, "--load") == str(ROOT / "checkpoints/qwen35-4b-round-001")

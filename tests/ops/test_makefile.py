@@ -9,7 +9,8 @@ import pytest
 from ops_helpers import ROOT
 
 _ENV = {k: v for k, v in os.environ.items()
-        if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS", "WANDB_NETRC", "SMOKE_CONFIG")}
+        if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS", "WANDB_NETRC", "SMOKE_CONFIG", "NUM_GPUS",
+                     "SMOKE_NUM_GPUS", "ANALYZE_CONFIG", "GATE_CONFIG", "EVAL_CONFIG")}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -26,7 +27,7 @@ def listed_targets() -> list[str]:
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
     assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
-                                "train-smoke", "train", "analyze", "gate", "eval", "round", "wandb-sync", "report", "behavior", "canary",
+                                "train-smoke", "train", "analyze", "gate", "eval", "round", "rounds", "wandb-sync", "report", "behavior", "canary",
                                 "shell", "images", "pin-images"]
 
 
@@ -48,6 +49,8 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("round", "RUNNER=local") == f"{cli} training round configs/local/round.yaml"
     assert _last_line("round", "RUNNER=local", "ROUND_CONFIG=runs/g-round-000/next_round.yaml") == (
         f"{cli} training round runs/g-round-000/next_round.yaml")
+    assert _last_line("rounds", "RUNNER=local", "COUNT=3", "ROUND_CONFIG=configs/local/demo_round.yaml") == (
+        f"{cli} training rounds configs/local/demo_round.yaml --count 3")
     assert _last_line("train-smoke", "RUNNER=local") == f"{cli} training smoke --config configs/local/smoke.yaml"
     assert _last_line("train", "RUNNER=local") == f"{cli} training run --config configs/local/train.yaml"
     assert _last_line("wandb-sync", "RUNNER=local") == f"{cli} wandb sync wandb"
@@ -56,6 +59,7 @@ def test_fixed_cli_commands_on_the_local_runner():
     assert _last_line("behavior", "WANDB_GROUP=g1") == f"{cli} behavior analyze runs/g1"
     assert _last_line("canary", "RUNNER=local") == f"{cli} canary --tasks 10"
     assert _last_line("gate", "RUNNER=local") == f"{cli} training online-gate configs/local/gate.yaml"
+    assert _last_line("analyze", "RUNNER=local") == f"{cli} training analyze configs/local/analysis.yaml --wandb"
     assert _last_line("eval", "RUNNER=local") == f"{cli} eval configs/local/eval.yaml"
     assert _last_line("eval", "RUNNER=local", "EVAL_CHECKPOINT=checkpoints/g", "EVAL_ARGS=--mask none") == (
         f"{cli} eval configs/local/eval.yaml --checkpoint checkpoints/g --mask none")
@@ -69,9 +73,11 @@ def test_docker_runner_runs_the_compose_service():
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
     assert _last_line("preflight") == ".venv/bin/python -m shopsimrl.cli preflight --runner docker"
-    # The GPU round: the three stages' services in order, each stopping the chain when it fails.
-    services = [part.split(" run --rm ")[1] for part in _last_line("round").split(" && ")]
-    assert services == ["train", "analyze", "gate"]
+    # The GPU round: the one round runner on the host, driving the compose services (round/backends.py).
+    for target, tail in (("round", ""), ("rounds", " --count 2")):
+        line = _last_line(target)
+        assert line.startswith(f".venv/bin/python -m shopsimrl.cli training {target} configs/round.yaml{tail} --compose ")
+        assert compose in line and "HOST_UID=" in line
     assert _last_line("shell").endswith("run --rm train bash")
 
 
@@ -114,3 +120,24 @@ def test_round_defaults_to_the_one_in_dot_env(tmp_path):
     finally:
         env_file.unlink()
     assert _compose_env("train")["WANDB_GROUP"] == "qwen35-4b-round-000"
+
+
+def test_gpu_counts_from_make_reach_compose():
+    """`make train NUM_GPUS=4`: visible in the compose call (compose.yaml passes it into the container:
+    tests/ops/test_compose_services.py); unset, compose takes .env's or the profile's default."""
+    env = _compose_env("train", "NUM_GPUS=4", "SMOKE_NUM_GPUS=2")
+    assert (env["NUM_GPUS"], env["SMOKE_NUM_GPUS"]) == ("4", "2")
+    assert "NUM_GPUS" not in _compose_env("train-smoke") and "SMOKE_NUM_GPUS" not in _compose_env("train-smoke")
+    # From the environment too (make exports it to the compose call either way).
+    assert _compose_env("train-smoke", env={**_ENV, "SMOKE_NUM_GPUS": "2"})["SMOKE_NUM_GPUS"] == "2"
+
+
+def test_docker_stage_configs_are_the_services_own_unless_given():
+    """RUNNER=docker: the compose service's production config (no round in it) unless make is given one,
+    which reaches the service through the environment of the compose call."""
+    for target, variable in (("analyze", "ANALYZE_CONFIG"), ("gate", "GATE_CONFIG"), ("eval", "EVAL_CONFIG")):
+        assert variable not in _compose_env(target)
+        given = subprocess.run(["make", "-s", "--no-print-directory", target, f"{variable}=runs/g-round-001/x.yaml",
+                                "COMPOSE=printenv " + variable + " #"], cwd=ROOT, env=_ENV, capture_output=True,
+                               text=True, timeout=60, check=True)
+        assert given.stdout == "runs/g-round-001/x.yaml\n", target

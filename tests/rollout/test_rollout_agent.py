@@ -14,19 +14,22 @@ from shopsimrl.errors import ModelServiceError
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators import FinishReason, GenerationAborted, GenerationResult, LocalHFGenerator
-from shopsimrl.rollout.prompting import prompt_text
+from shopsimrl.rollout.prompting import ChatRenderer
 from shopsimrl.rollout.segments import trajectory_to_samples
 from shopsimrl.rollout.trajectory import StopReason, TrajectoryStatus
 from shopsimrl.shop import (
+    ASSISTANT_TURN_END,
     ExpertPolicy,
     ShopEnv,
     ToolCallFormat,
-    continuation_after_assistant,
     format_tool_call,
     generate_catalog,
     load_split,
-    render_chat,
+    tool_response_turn,
 )
+
+# The tiny tokenizer's ChatML template opens assistant turns without a think block, also in XML format.
+TINY_HEADER = "<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
@@ -105,15 +108,18 @@ def test_expert_episode_exact_tokens_segments_and_reward(catalog, task, tokenize
     assert [m["content"] for m in trajectory.messages[2::2]] == [t["text"] for t in turns]
     assert [m["content"] for m in trajectory.messages[3::2]] == [t["observation"] for t in turns]
 
+    renderer = ChatRenderer(tokenizer, options.tool_call_format)
     for segment in trajectory.segments:
-        # Token contiguity: the segment is exactly the fresh render of its conversation with its tools.
+        # Token contiguity: the segment is exactly the chat template's render of its conversation
+        # with its tools (this template ignores tools: the fallback messages carry them).
         assert segment.tokens == segment.prompt_ids + segment.response_ids
         last_assistant = segment.message_end - 2  # every segment's messages end with a tool message
         tools = _tools_at(catalog, task, turns, segment.message_start)
-        rendered = render_chat(trajectory.messages[:last_assistant + 1], tools, fmt=options.tool_call_format)
+        messages, _ = renderer.template_messages(trajectory.messages[:last_assistant + 1], tools)
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
         assert tokenizer.decode(segment.tokens) == rendered.removesuffix("\n")
-        assert tokenizer.decode(segment.prompt_ids) == prompt_text(
-            trajectory.messages[:segment.message_start], tools, options.tool_call_format
+        assert tokenizer.decode(segment.prompt_ids) == renderer.prompt_text(
+            trajectory.messages[:segment.message_start], tools
         )
         # Loss mask: 1 exactly on the model's turns (text + <|im_end|>), 0 exactly on the observations.
         runs = _runs(segment.loss_mask, segment.response_ids)
@@ -123,7 +129,7 @@ def test_expert_episode_exact_tokens_segments_and_reward(catalog, task, tokenize
         assert model_runs == [m["content"] + "<|im_end|>" for m in seg_turns]
         seg_observations = [m["content"] for m in trajectory.messages[segment.message_start:segment.message_end]
                             if m["role"] == "tool"][: len(seg_turns) - 1]
-        assert observation_runs == [continuation_after_assistant(o, options.tool_call_format).removeprefix("<|im_end|>") for o in seg_observations]
+        assert observation_runs == ["\n" + tool_response_turn(o) + TINY_HEADER for o in seg_observations]
         assert segment.rollout_log_probs == [MODEL_LOGPROB if m else 0.0 for m in segment.loss_mask]
     # Each generate call saw exactly the segment's tokens so far.
     assert [len(ids) for ids, _ in generator.calls][:1] == [len(trajectory.segments[0].prompt_ids)]
@@ -270,7 +276,7 @@ def test_tiny_model_episode_with_local_generator(catalog, task, tokenizer, optio
     observations = [m["content"] for m in trajectory.messages if m["role"] == "tool"]
     # Turns ended on a stop byte, not <|im_end|>: the end-of-turn marker is in the masked continuation.
     assert [tokenizer.decode(ids) for m, ids in runs if m == 0] == [
-        continuation_after_assistant(o, options.tool_call_format) for o in observations[:2]
+        ASSISTANT_TURN_END + tool_response_turn(o) + TINY_HEADER for o in observations[:2]
     ]
     # The rollout log-probs are log_softmax(logits) at temperature 1 of a full forward pass.
     with torch.no_grad():

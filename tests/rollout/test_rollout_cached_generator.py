@@ -17,7 +17,7 @@ from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
 from shopsimrl.rollout.generators.prefix_cache import PrefixCache
-from shopsimrl.rollout.prompting import initial_messages, prompt_text
+from shopsimrl.rollout.prompting import ChatRenderer, initial_messages
 from shopsimrl.shop import ShopEnv, generate_catalog, load_split
 
 LOGPROB_TOL = 1e-4
@@ -168,8 +168,9 @@ def test_a_new_tool_set_shares_only_the_prefix_before_the_tools(tmp_path, setup)
     tools = env.offered_tools()
     checkout = {"type": "function", "function": {"name": "checkout", "description": "Buy the cart.",
                                                  "parameters": {"type": "object", "properties": {}}}}
-    before = list(tokenizer.encode(prompt_text(messages, tools), add_special_tokens=False))
-    fewer = list(tokenizer.encode(prompt_text(messages, [*tools, checkout]), add_special_tokens=False))
+    renderer = ChatRenderer(tokenizer)
+    before = list(tokenizer.encode(renderer.prompt_text(messages, tools), add_special_tokens=False))
+    fewer = list(tokenizer.encode(renderer.prompt_text(messages, [*tools, checkout]), add_special_tokens=False))
     common = next(i for i, (a, b) in enumerate(zip(before, fewer, strict=False)) if a != b)
     assert 0 < common < len(before) - 100  # the tool block sits in the system prompt, well before the end
     params = {"temperature": 0, "max_new_tokens": 6}

@@ -21,7 +21,7 @@ def tiny_round(tmp_path: Path, group: str = "tiny-round-000") -> dict[str, Any]:
             "model": {"name": "tiny", "seed": 0},
             "driver": {"num_rollout": 1, "rollout_batch_size": 1, "n_samples_per_prompt": 4,
                        "over_sampling_batch_size": 1, "global_batch_size": 4, "rollout_max_response_len": 8,
-                       "lr": 1e-3, "rollout_seed": 7},
+                       "lr": 1e-3},
             "shopsim": {"skillbank": str(SKILLBANK), "q": {"start": 0.0}, "max_turns": 2,
                         "max_new_tokens_per_turn": 8, "catalog": {"num_products": 200}, "full_skill_retry": False},
         },

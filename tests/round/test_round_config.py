@@ -41,8 +41,12 @@ def test_the_demo_round_is_the_demo_training():
     from shopsimrl.local.config import load_run_config
 
     demo = load_run_config(ROOT / "configs" / "local" / "demo.yaml").model_dump(exclude={"run", "shopsim"})
-    round_train = load_round_config(ROOT / "configs" / "local" / "demo_round.yaml").train_config()
-    assert round_train.model_dump(exclude={"run", "shopsim"}) == {**demo, "driver": {**demo["driver"], "save_interval": 2}}
+    config = load_round_config(ROOT / "configs" / "local" / "demo_round.yaml")
+    round_train = config.train_config()
+    # The round owns the seeds (round/seeds.py); everything else is the demo's.
+    expected = {**demo, "driver": {**demo["driver"], "save_interval": 2, "rollout_seed": config.seeds.rollout}}
+    assert round_train.model_dump(exclude={"run", "shopsim"}) == expected
+    assert round_train.shopsim.round_seed == config.seeds.curriculum
     assert round_train.run.group == "local-demo-round-000"
 
 
@@ -79,3 +83,37 @@ def test_the_next_round_trains_on_from_the_start_checkpoint():
                                       "round.start_checkpoint_sha256": "a" * 64})
     assert config.train_config().model.checkpoint == "checkpoints/r0/rollout-0001"
     assert load_round_config(path).train_config().model.checkpoint is None
+
+
+def test_each_round_derives_its_own_seeds_from_the_base_seed_and_its_index():
+    path = ROOT / "configs" / "local" / "demo_round.yaml"
+    first = load_round_config(path)
+    second = load_round_config(path, {"round.group": "local-demo-round-001"})
+    again = load_round_config(path, {"round.group": "local-demo-round-001"})
+    other_base = load_round_config(path, {"round.group": "local-demo-round-001", "round.seed": 1})
+    assert (first.index, second.index) == (0, 1)
+    assert second.seeds == again.seeds  # a re-run reproduces its seeds
+    for a, b in ((first.seeds, second.seeds), (second.seeds, other_base.seeds)):
+        assert a.rollout != b.rollout and a.curriculum != b.curriculum and a.gate != b.gate
+    assert len({second.seeds.rollout, second.seeds.curriculum, second.seeds.gate}) == 3
+    # The stages get them: data order, curriculum draws, the gate's design.
+    train = second.train_config()
+    assert (train.driver.rollout_seed, train.shopsim.round_seed) == (second.seeds.rollout, second.seeds.curriculum)
+    assert second.gate_config("c").design.seed == second.seeds.gate
+    # sha256("shopsimrl/round-seed/rollout/0/1")[:4] & 0x7fffffff, the documented derivation
+    import hashlib
+
+    digest = hashlib.sha256(b"shopsimrl/round-seed/rollout/0/1").digest()
+    assert second.seeds.rollout == int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def test_a_stage_section_cannot_set_a_seed_the_round_derives(tmp_path: Path):
+    path = ROOT / "configs" / "local" / "demo_round.yaml"
+    with pytest.raises(ConfigError) as excinfo:
+        load_round_config(path, {"train.driver.rollout_seed": 42, "train.shopsim.round_seed": 1234,
+                                 "gate.design.seed": 0})
+    assert excinfo.value.problems == [
+        "train.driver.rollout_seed: set by the round (round.seed and the round's index (shopsimrl/round/seeds.py)); remove it",
+        "train.shopsim.round_seed: set by the round (round.seed and the round's index (shopsimrl/round/seeds.py)); remove it",
+        "gate.design.seed: set by the round (round.seed and the round's index (shopsimrl/round/seeds.py)); remove it",
+    ]

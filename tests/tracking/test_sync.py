@@ -13,7 +13,14 @@ from click.testing import CliRunner
 
 from shopsimrl.tracking import StageLogger, WandbSettings
 from shopsimrl.tracking.commands import wandb_group
-from shopsimrl.tracking.sync import SyncStatus, find_offline_runs, format_table, sync_runs
+from shopsimrl.tracking.sync import (
+    SyncStatus,
+    credentials_hint,
+    credentials_source,
+    find_offline_runs,
+    format_table,
+    sync_runs,
+)
 
 # A fake `wandb`: behaviour chosen per run id by FAKE_WANDB_<run id>; "marker" writes the .synced marker.
 _FAKE = """#!/bin/sh
@@ -45,6 +52,7 @@ def fake_wandb(tmp_path, monkeypatch):
     script.write_text(_FAKE)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("WANDB_API_KEY", "local-" + "a" * 40)  # the credentials check passes; the fake needs none
     # The reachability check before syncing connects to the server: a listening socket stands in.
     with socket.create_server(("127.0.0.1", 0)) as server:
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
@@ -192,3 +200,47 @@ def test_server_url_comes_from_the_environment_then_wandb_settings_file(tmp_path
     assert server_url(env) == "https://wandb.example.internal"
     assert server_url({**env, "WANDB_BASE_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
     assert server_url({"WANDB_CONFIG_DIR": str(tmp_path / "none")}) == "https://api.wandb.ai"
+
+
+def test_without_credentials_nothing_is_uploaded_and_the_fix_is_named(wandb_offline, tmp_path, monkeypatch):
+    """A real offline run, no WANDB_API_KEY and no netrc (wandb_offline isolates HOME and NETRC): the
+    credentials are checked before the server (the closed port is never tried) and before any upload."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    _real_offline_run(tmp_path)
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    [result] = sync_runs(wandb_offline.wandb_dir, timeout_s=20)
+    assert (result.status, result.exit_code, result.seconds) == (SyncStatus.NO_CREDENTIALS, None, 0.0)
+    assert result.detail == f"no W&B credentials for 127.0.0.1; nothing uploaded (server {url})"
+    assert not result.run.synced
+    assert list(wandb_offline.wandb_dir.glob("wandb/logs/debug-sync*.log")) == []  # wandb sync never started
+    cli = CliRunner().invoke(wandb_group, ["sync", str(wandb_offline.wandb_dir)])
+    assert cli.exit_code == 1
+    assert cli.stdout.splitlines()[1].split()[:2] == [result.run.run_id, "no_credentials"]
+    assert cli.stderr == credentials_hint(url) + "\n"
+    assert cli.stderr.startswith(
+        "no W&B credentials for 127.0.0.1: nothing was uploaded. Provide them one of two ways, then sync again: "
+        f"run `wandb login --host {url}` on this host (it writes ~/.netrc, which `make wandb-sync` mounts into "
+        "the container), or export WANDB_API_KEY")
+    # A dry run needs no credentials.
+    [dry] = sync_runs(wandb_offline.wandb_dir, dry_run=True, timeout_s=60)
+    assert dry.status is SyncStatus.WOULD_SYNC
+
+
+def test_credentials_come_from_wandbs_own_sources(tmp_path):
+    url = "http://127.0.0.1:8080"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1:8080 login user password local-" + "b" * 40 + "\n"
+                     "machine api.wandb.ai login user password\n")
+    assert credentials_source(url, {"WANDB_API_KEY": "k", "NETRC": str(netrc)}) == "WANDB_API_KEY"
+    assert credentials_source(url, {"WANDB_IDENTITY_TOKEN_FILE": "/t"}) == "WANDB_IDENTITY_TOKEN_FILE"
+    assert credentials_source(url, {"NETRC": str(netrc)}) == f"netrc {netrc}"
+    # An entry without a password, another host, compose's /dev/null stand-in, a missing file: none.
+    assert credentials_source("https://api.wandb.ai", {"NETRC": str(netrc)}) is None
+    assert credentials_source("http://127.0.0.1:9090", {"NETRC": str(netrc)}) is None
+    assert credentials_source(url, {"NETRC": "/dev/null"}) is None
+    assert credentials_source(url, {"HOME": str(tmp_path / "nobody")}) is None
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".netrc").write_text(netrc.read_text())
+    assert credentials_source(url, {"HOME": str(tmp_path / "home")}) == f"netrc {tmp_path / 'home' / '.netrc'}"
+    assert "run `wandb login` on this host" in credentials_hint("https://api.wandb.ai")

@@ -1,0 +1,109 @@
+"""Run slime v0.3.1's own argument handling and checkpoint/data-position logic on a train.py argv (CPU).
+
+Used by test_round_handoff.py in a subprocess (its stubs never reach the test session):
+
+    python slime_handoff_probe.py SPEC.json  ->  one JSON object on stdout
+
+SPEC: {"save_data": [{"save": DIR, "rollout_id": N, "sample_offset": K}, ...],
+       "launches": {NAME: [train.py arg, ...], ...}}
+
+What runs is slime's code: `get_slime_extra_args_provider` (its parser), `slime_validate_args` (the
+`--load` / `--ref-load` branch), `_is_megatron_checkpoint`, and `RolloutDataSource.save/load` (the
+data position a start restores). What stands in, because Megatron is not vendored:
+- Megatron's parser: slime parses with `ignore_unknown_args=True` (parse_known_args here), and the
+  four Megatron flags slime's load logic reads are declared as Megatron declares them
+  (`--finetune`, `--no-load-optim`, `--no-load-rng`: store_true; `--ckpt-step`: int, None);
+- Megatron's `load_checkpoint` "Set iteration": `iteration = 0 if args.finetune or release else` the
+  tracker's iteration (megatron/training/checkpointing.py), read here with shopsimrl's
+  `latest_iteration`; the actor then starts at `iteration + 1` (slime/backends/megatron_utils/
+  actor.py:107) unless `args.start_rollout_id` is already set (slime/ray/placement_group.py:218);
+- import-time stubs for sglang, sglang_router, ray and megatron (none of them is called).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+
+_STUBS = {
+    "sglang": {}, "sglang.srt": {}, "sglang.srt.server_args": {"ServerArgs": object},
+    "sglang_router": {}, "sglang_router.launch_router": {"RouterArgs": object},
+    "ray": {}, "megatron": {}, "megatron.training": {},
+    "megatron.training.checkpointing": {"load_checkpoint": None, "save_checkpoint": None},
+    "megatron.training.global_vars": {"get_args": None},
+}  # fmt: skip
+# What slime's parse_args merges in from its pre-parser (slime/utils/arguments.py, _pre_parse_mode).
+_PRE_PARSED = {"train_backend": "megatron", "debug_rollout_only": False, "debug_train_only": False,
+               "load_debug_rollout_data": None}  # fmt: skip
+
+
+def _install_stubs() -> None:
+    for name, attrs in _STUBS.items():
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        for key, value in attrs.items():
+            setattr(module, key, value)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from slime.utils.arguments import get_slime_extra_args_provider
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    for flag in ("--finetune", "--no-load-optim", "--no-load-rng"):  # Megatron's, as Megatron declares them
+        parser.add_argument(flag, action="store_true")
+    parser.add_argument("--ckpt-step", type=int, default=None)
+    get_slime_extra_args_provider()(parser)
+    return parser
+
+
+def _data_source(args):
+    """slime's RolloutDataSource with its position counters, without loading a prompt dataset."""
+    from slime.rollout.data_source import RolloutDataSource
+
+    source = object.__new__(RolloutDataSource)
+    source.args, source.dataset, source.metadata = args, None, {}
+    source.sample_offset = source.epoch_id = source.sample_group_index = source.sample_index = 0
+    return source
+
+
+def _launch(argv: list[str]) -> dict:
+    from slime.backends.megatron_utils.checkpoint import _is_megatron_checkpoint
+    from slime.utils.arguments import slime_validate_args
+
+    from shopsimrl.models.slime_saves import latest_iteration
+
+    args, _megatron_only = _parser().parse_known_args(argv)
+    for key, value in _PRE_PARSED.items():
+        setattr(args, key, value)
+    args.custom_config_path = None  # the plugin options are not under test here
+    slime_validate_args(args)
+    megatron_dir = args.load is not None and _is_megatron_checkpoint(args.load)
+    tracker = latest_iteration(args.load) if megatron_dir else None
+    loaded_iteration = 0 if args.finetune or tracker is None else tracker
+    start = args.start_rollout_id if args.start_rollout_id is not None else loaded_iteration + 1
+    source = _data_source(args)
+    if args.rollout_global_dataset:
+        source.load(start - 1)  # what create_training_models does (slime/ray/placement_group.py:221-222)
+    return {
+        "load": args.load, "save": args.save, "ref_load": args.ref_load, "finetune": args.finetune,
+        "no_load_optim": args.no_load_optim, "no_load_rng": args.no_load_rng,
+        "start_rollout_id_after_validate": args.start_rollout_id, "load_is_megatron": megatron_dir,
+        "loads_iteration": tracker, "start_rollout_id": start, "num_rollout": args.num_rollout,
+        "rollouts_trained": max(0, args.num_rollout - start), "data_sample_offset": source.sample_offset,
+    }  # fmt: skip
+
+
+def main(spec_path: str) -> None:
+    _install_stubs()
+    spec = json.loads(Path(spec_path).read_text())
+    for entry in spec.get("save_data", []):
+        source = _data_source(argparse.Namespace(save=entry["save"], rollout_global_dataset=True))
+        source.sample_offset = entry["sample_offset"]
+        source.save(entry["rollout_id"])  # slime's own writer: <save>/rollout/global_dataset_state_dict_<id>.pt
+    print(json.dumps({name: _launch(argv) for name, argv in spec["launches"].items()}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,79 @@
+"""Reading a slime save dir: Megatron's tracker and the --save-hf copies, on real directories."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from shopsimrl.cli import main
+from shopsimrl.models.slime_saves import SlimeSaveError, hf_saves, last_hf_save, latest_iteration
+
+
+def _save_dir(tmp_path, tracker: str | None, hf_ids: list[int]):
+    save = tmp_path / "checkpoints" / "qwen35-4b-round-000"
+    save.mkdir(parents=True)
+    if tracker is not None:
+        (save / "latest_checkpointed_iteration.txt").write_text(tracker)
+        (save / f"iter_{int(tracker) if tracker.strip().isdigit() else 0:07d}").mkdir()
+    for rollout_id in hf_ids:
+        (save / "hf" / f"rollout-{rollout_id}").mkdir(parents=True)
+        (save / "hf" / f"rollout-{rollout_id}" / "config.json").write_text("{}")
+    return save
+
+
+def test_latest_iteration_reads_the_tracker(tmp_path) -> None:
+    assert latest_iteration(_save_dir(tmp_path, "199\n", [])) == 199
+
+
+def test_latest_iteration_is_none_before_the_first_save(tmp_path) -> None:
+    save = tmp_path / "fresh"
+    save.mkdir()
+    assert latest_iteration(save) is None
+    assert latest_iteration(tmp_path / "absent") is None
+
+
+def test_release_tracker_reads_as_iteration_zero(tmp_path) -> None:
+    assert latest_iteration(_save_dir(tmp_path, "release", [])) == 0
+
+
+def test_a_malformed_tracker_is_an_error_naming_the_file(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [])
+    (save / "latest_checkpointed_iteration.txt").write_text("iter_199")
+    with pytest.raises(SlimeSaveError) as err:
+        latest_iteration(save)
+    assert str(err.value) == (
+        f"{save / 'latest_checkpointed_iteration.txt'}: expected an iteration number or 'release', found 'iter_199'"
+    )
+
+
+def test_last_hf_save_is_the_highest_rollout_by_number_not_by_name(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [9, 99, 199, 19])
+    (save / "hf" / "rollout-200.partial").mkdir()  # not slime's pattern: ignored
+    (save / "hf" / "notes.txt").write_text("")
+    assert last_hf_save(save) == save / "hf" / "rollout-199"
+    assert [n for n, _ in hf_saves(save)] == [9, 19, 99, 199]
+
+
+def test_no_hf_save_is_an_error_naming_the_dir_and_the_flag(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [])
+    with pytest.raises(SlimeSaveError) as err:
+        last_hf_save(save)
+    assert str(err.value) == (
+        f"{save}: no Hugging Face save (no hf/rollout-<n> directory); slime writes them with "
+        f"--save-hf {save}/hf/rollout-{{rollout_id}} at every --save-interval"
+    )
+
+
+def test_cli_prints_the_last_hf_save(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [99, 199])
+    result = CliRunner().invoke(main, ["slime", "last-hf-save", str(save)])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"{save / 'hf' / 'rollout-199'}\n"
+
+
+def test_cli_exits_2_with_the_reason_when_there_is_none(tmp_path) -> None:
+    save = tmp_path / "empty"
+    save.mkdir()
+    result = CliRunner().invoke(main, ["slime", "last-hf-save", str(save)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {save}: no Hugging Face save")

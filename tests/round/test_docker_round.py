@@ -1,0 +1,147 @@
+"""The docker backend of the round runner, with a stand-in for `docker compose` (a real subprocess that
+records what each service was given and writes what the service would write): the same
+round_state.json / next_round / report as the local backend, the round's inputs in each service's
+environment, START_LOAD for the next round, a failed service named with its log, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from round_helpers import SKILLBANK
+
+from shopsimrl.round import load_round_config, round_config_from_mapping, run_round
+from shopsimrl.round.backends import DockerBackend
+from shopsimrl.round.chain import run_rounds
+from shopsimrl.round.state import RoundError
+from shopsimrl.tracking import WandbSettings
+
+# Args: run --rm SERVICE. Appends {service, env} to $CALLS, fails when SERVICE is $FAIL_SERVICE, and
+# writes the outputs the real service writes (an HF save; the Analyst's files; the gate's files).
+_COMPOSE = r'''#!/usr/bin/env python3
+import json, os, shutil, sys
+from pathlib import Path
+service = sys.argv[-1]
+keys = ("WANDB_GROUP", "USE_WANDB", "WANDB_MODE", "START_LOAD", "ROLLOUT_SEED", "SHOPSIM_CONFIG", "ANALYZE_CONFIG",
+        "ANALYZE_CHECKPOINT", "GATE_CONFIG", "GATE_CHECKPOINT", "HOST_UID")
+with open(os.environ["CALLS"], "a") as f:
+    f.write(json.dumps({"service": service, "argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in keys}}) + "\n")
+print(f"service {service} says hello")
+if service == os.environ.get("FAIL_SERVICE"):
+    sys.exit(3)
+group = os.environ["WANDB_GROUP"]
+runs, ckpt = Path(os.environ["RUNS"]) / group, Path(os.environ["CKPTS"]) / group
+if service == "train":
+    for n in (9, 19):
+        (ckpt / "hf" / f"rollout-{n}").mkdir(parents=True, exist_ok=True)
+        (ckpt / "hf" / f"rollout-{n}" / "model.safetensors").write_bytes(b"w" * n)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("40")
+    (runs / "train").mkdir(parents=True, exist_ok=True)
+    (runs / "train" / "metrics.jsonl").write_text("")
+elif service == "analyze":
+    d = runs / "analysis"; d.mkdir(parents=True, exist_ok=True)
+    for name in ("analysis_summary.json", "candidate_pool.json"):
+        (d / name).write_text("{}")
+    (d / "proposal_ledger.jsonl").write_text("")
+elif service == "gate":
+    d = runs / "gate"; d.mkdir(parents=True, exist_ok=True)
+    (d / "contributions.json").write_text("{}")
+    shutil.copy(os.environ["SKILLBANK"], d / "selected_skillbank.json")
+    (d / "proposal_ledger.jsonl").write_text("")
+'''
+
+
+def _docker_round(tmp_path: Path) -> dict:
+    return {"schema_version": 1,
+            "round": {"group": "gpu-round-000", "backend": "docker", "runs_root": str(tmp_path / "runs"),
+                      "checkpoints_root": str(tmp_path / "checkpoints")},
+            "train": {"service": "train", "shopsim": {"skillbank": str(SKILLBANK), "max_turns": 12}},
+            "analysis": {"lessons": {"backend": "rules"}, "trial": {"generator": "sglang", "tokenizer": "/models/x",
+                                                                   "sglang_url": "http://127.0.0.1:30000"}},
+            "gate": {"generator": {"backend": "sglang", "url": "http://127.0.0.1:30000"},
+                     "design": {"tasks": 20, "replicates": 1}}}  # fmt: skip
+
+
+@pytest.fixture
+def compose(tmp_path, monkeypatch):
+    program = tmp_path / "fake-compose"
+    program.write_text(_COMPOSE)
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    calls = tmp_path / "calls.jsonl"
+    for name, value in {"CALLS": str(calls), "RUNS": str(tmp_path / "runs"), "CKPTS": str(tmp_path / "checkpoints"),
+                        "SKILLBANK": str(SKILLBANK)}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    return f"HOST_UID=1234 {program} --env-file docker/versions.env", calls
+
+
+def _calls(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_path, compose):
+    command, calls = compose
+    first = round_config_from_mapping(_docker_round(tmp_path), "test")
+    settings = lambda config: WandbSettings(enabled=True, group=config.group)  # noqa: E731
+    results, report = run_rounds(first, count=2, settings_for=settings, backend=DockerBackend(compose=command),
+                                 echo=lambda _: None)  # fmt: skip
+    seen = _calls(calls)
+    assert [c["service"] for c in seen] == ["train", "analyze", "gate"] * 2
+    assert all(c["argv"][-3:] == ["run", "--rm", c["service"]] and c["env"]["HOST_UID"] == "1234" for c in seen)
+    runs, ckpts = tmp_path / "runs", tmp_path / "checkpoints"
+    r0, r1 = seen[0]["env"], seen[3]["env"]
+    assert (r0["WANDB_GROUP"], r1["WANDB_GROUP"]) == ("gpu-round-000", "gpu-round-001")
+    assert (r0["START_LOAD"], r1["START_LOAD"]) == ("", str(ckpts / "gpu-round-000"))
+    assert r0["ROLLOUT_SEED"] != r1["ROLLOUT_SEED"] and r0["WANDB_MODE"] == "offline" and r0["USE_WANDB"] == "1"
+    assert r1["SHOPSIM_CONFIG"] == str(runs / "gpu-round-001" / "shopsim_config.yaml")
+    options = json.loads(json.dumps(__import__("yaml").safe_load(Path(r1["SHOPSIM_CONFIG"]).read_text())))
+    assert options["shopsim"]["skillbank"] == str(runs / "gpu-round-000" / "gate" / "selected_skillbank.json")
+    assert options["shopsim"]["round_seed"] == results[1][0].seeds.curriculum
+    assert seen[4]["env"]["ANALYZE_CHECKPOINT"] == str(ckpts / "gpu-round-001" / "hf" / "rollout-19")
+    gate_config = __import__("yaml").safe_load(Path(seen[5]["env"]["GATE_CONFIG"]).read_text())
+    assert gate_config["inputs"]["checkpoint"] == seen[5]["env"]["GATE_CHECKPOINT"]
+    assert gate_config["design"]["seed"] == results[1][0].seeds.gate and gate_config["round"] == "gpu-round-001"
+
+    for group in ("gpu-round-000", "gpu-round-001"):
+        state = json.loads((runs / group / "round_state.json").read_text())["stages"]
+        assert {s: v["status"] for s, v in state.items()} == dict.fromkeys(("train", "analysis", "gate"), "finished")
+        assert state["train"]["save_dir"] == str(ckpts / group)
+        assert (runs / group / "round_report.md").is_file() and (runs / group / "logs" / "train.log").is_file()
+    nxt = load_round_config(runs / "gpu-round-001" / "next_round.yaml")
+    assert nxt.round.start_load == str(ckpts / "gpu-round-001") and nxt.tracking.enabled is True
+    assert "make round RUNNER=docker" in (runs / "gpu-round-000" / "next_round.yaml").read_text()
+    assert report == runs / "gpu-rounds" / "rounds_report.md" and report.is_file()
+
+    again, _ = run_rounds(first, count=2, settings_for=settings, backend=DockerBackend(compose=command),
+                          echo=lambda _: None)  # fmt: skip
+    assert [r.ran for _, r in again] == [[], []] and len(_calls(calls)) == 6
+
+
+def test_a_failed_service_is_named_with_its_log_and_the_round_resumes_from_it(tmp_path, compose, monkeypatch, capsys):
+    command, calls = compose
+    config = round_config_from_mapping(_docker_round(tmp_path), "test")
+    monkeypatch.setenv("FAIL_SERVICE", "analyze")
+    with pytest.raises(RoundError) as excinfo:
+        run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    log = tmp_path / "runs" / "gpu-round-000" / "logs" / "analysis.log"
+    assert str(excinfo.value) == (f"analysis: compose service 'analyze' exited 3; its output is in {log}; "
+                                  "re-run the same command to resume the round")  # fmt: skip
+    assert "service analyze says hello" in log.read_text() and "service analyze says hello" in capsys.readouterr().out
+    monkeypatch.delenv("FAIL_SERVICE")
+    result = run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    assert result.ran == ["analysis", "gate"]
+    assert [c["service"] for c in _calls(calls)] == ["train", "analyze", "analyze", "gate"]
+
+
+def test_a_dry_run_prints_every_round_and_writes_nothing(tmp_path):
+    first = round_config_from_mapping(_docker_round(tmp_path), "test")
+    lines: list[str] = []
+    run_rounds(first, count=2, settings_for=lambda c: WandbSettings(group=c.group),
+               backend=DockerBackend(compose="docker compose", dry_run=True), echo=lines.append)  # fmt: skip
+    trains = [line for line in lines if ": train: " in line]
+    assert len(trains) == 2 and trains[1].endswith("docker compose run --rm train")
+    assert f"START_LOAD={tmp_path / 'checkpoints' / 'gpu-round-000'}" in trains[1] and "WANDB_MODE=offline" in trains[1]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+    assert os.listdir(tmp_path) == []
