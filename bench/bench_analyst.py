@@ -111,7 +111,7 @@ def bench_rules(cards: list[FailureCard], catalog) -> dict:
     analysed = [c.model_copy(update={"lesson": r.lesson, "status": CardStatus.ELIGIBLE})
                 for c, r in zip(cards, results, strict=True)]  # fmt: skip
     firewall = Firewall.for_evidence(analysed, catalog=catalog)
-    rejected = sum(not firewall.check(c.lesson.text).ok for c in analysed)
+    rejected = sum(not firewall.check(c.lesson.text, evidence=(c.card_id,)).ok for c in analysed)  # as the stage does
     compiled = compile_candidates(analysed, skillbank=skillbank, skillbank_sha256="0" * 64, round_name="bench",
                                   firewall=firewall, skillbank_firewall=Firewall.for_evidence([], catalog=catalog),
                                   history=LedgerHistory([]), settings=CompilerSettings(),

@@ -71,7 +71,8 @@ def prepare(config_path: str, runs_root: str, weights: str | None, warm_steps: i
     config = load_run_config(config_path, overrides=overrides)
     model, tokenizer, load_s = load_model(config)
     catalog = generate_catalog(
-        seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products
+        seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products,
+        level=config.shopsim.catalog.level,
     )
     tasks = load_split(catalog, config.shopsim.split)
     warm: dict[str, Any] = {"load_s": load_s}

@@ -7,7 +7,11 @@ technical failure makes the trajectory unscorable and is never recorded as rewar
 
 from __future__ import annotations
 
+import shlex
+import signal
+import sys
 from enum import StrEnum
+from pathlib import Path
 
 
 class TechnicalErrorKind(StrEnum):
@@ -94,3 +98,49 @@ class StartupError(ValueError):
             lines = "\n".join(f"  - {p}" for p in self.problems)
             message = f"cannot start the run ({len(self.problems)} problems):\n{lines}"
         super().__init__(message)
+
+
+class StageIncomplete(RuntimeError):
+    """A stage ran to its end, wrote its outputs, but some of its work failed; a re-run retries that part.
+
+    `problem` is one line (what failed, how much, the first cause). The command line adds the retry
+    command; the round runner lets it through, so the stage stays unfinished in round_state.json.
+    """
+
+    def __init__(self, stage: str, problem: str, result: object = None):
+        self.stage = stage
+        self.problem = problem
+        self.result = result  # the stage's result object (its counts and paths), for callers that want it
+        super().__init__(f"{stage} incomplete: {problem}")
+
+
+class StageInterrupted(SystemExit):
+    """A signal stopped a stage; what it had finished is on disk and a re-run resumes from there.
+
+    A SystemExit (code 128 + signal), so whatever is not prepared for it still exits as a killed
+    process would; the command lines print `str(exc)` (one line) and the resume command instead of a
+    traceback.
+    """
+
+    def __init__(self, stage: str, signum: int, where: str):
+        super().__init__(128 + signum)
+        self.stage = stage
+        self.signum = signum
+        self.where = where
+        self.message = f"{stage} stopped by {signal.Signals(signum).name}: {where}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def rerun_command(argv: list[str] | None = None) -> str:
+    """The command line of this process as a user would type it again (for "retry:" / "resume:" hints)."""
+    args = list(sys.argv if argv is None else argv)
+    program = args[0] if args else "shopsimrl"
+    if Path(program).name == "cli.py" and Path(program).parent.name == "shopsimrl":
+        head = ["python", "-m", "shopsimrl.cli"]  # `python -m shopsimrl.cli`: argv[0] is the module's file
+    elif program.endswith(".py"):
+        head = ["python", program]
+    else:
+        head = [Path(program).name]
+    return shlex.join([*head, *args[1:]])

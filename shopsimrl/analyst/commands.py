@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import click
 
 from shopsimrl.config.overrides import parse_sets
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StageIncomplete, rerun_command
 from shopsimrl.tracking.settings import WandbMode, WandbSettings, wandb_options
 
 PUBLIC_WANDB_HOSTS = ("api.wandb.ai",)
@@ -105,6 +105,13 @@ def analyze(config_path: Path, sets: tuple[str, ...], wandb_settings: WandbSetti
         result = run_analysis(config, settings=wandb_settings, echo=click.echo, keep_cards_local=keep_cards_local)
     except (ConfigError, AnalysisError, CardsLockedError, ValidationTaskRefused) as exc:
         raise click.ClickException(str(exc)) from None
+    except StageIncomplete as exc:  # every file is written; the failed part is retried by the same command
+        _echo_result(exc.result)
+        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
+    _echo_result(result)
+
+
+def _echo_result(result: Any) -> None:
     for key, value in result.metrics.items():
         click.echo(f"{key} = {value}")
     click.echo(f"analysis: {result.analysis_dir}")

@@ -9,7 +9,9 @@
    the skillbank has never used, active or not (ids are never reused: docs/curriculum.md).
 3. Conflict-free: at most one intervention per chunk id; bigger clusters go first; at most
    `compiler.max_candidates` interventions.
-4. Every text passes the firewall, and the ledger refuses an edit the gate rejected before
+4. Every text passes the firewall (against the gold of its own cluster's cards, the held-out
+   tasks and the banned terms; each lesson passed it once already, before its trial:
+   `screen_lessons`), and the ledger refuses an edit the gate rejected before
    without new evidence. Active chunks that carry privileged facts get a `remove` proposal.
 Each decision is a ledger entry; only `proposed` ones reach the pool.
 """
@@ -99,6 +101,41 @@ def target_chunk(skillbank: Skillbank, prefix: str, mode: FailureMode) -> tuple[
     return Operation.ADD, candidate
 
 
+def screen_lessons(
+    cards: Sequence[FailureCard],
+    *,
+    firewall: Firewall,
+    skillbank: Skillbank,
+    round_name: str,
+    settings: CompilerSettings,
+    now: str,
+) -> tuple[list[FailureCard], list[LedgerEntry]]:
+    """The firewall before the trial: a lesson that carries privileged facts is never tried (a
+    lesson naming the gold product would help its own trial succeed). Its card goes back to
+    `analysis_error` (a new lesson is asked for on the next run) and the rejection is a ledger
+    entry; the reasons name the kind of leak and a hash, never the value."""
+    out: list[FailureCard] = []
+    entries: list[LedgerEntry] = []
+    for card in cards:
+        # Every lesson, tried or not: a lesson an older firewall let through is caught now.
+        verdict = firewall.check(card.lesson.text, (card.card_id,)) if card.lesson is not None else None
+        if verdict is None or verdict.ok:
+            out.append(card)
+            continue
+        op, chunk = target_chunk(skillbank, settings.chunk_id_prefix, card.failure_mode)
+        text = card.lesson.text
+        entries.append(
+            LedgerEntry(event=LedgerEvent.FIREWALL_REJECTED, round=round_name, proposal_id=proposal_id(op, chunk, text),
+                        logical_chunk_id=chunk, operation=op, text_sha256=text_sha256(text), at=now,
+                        evidence_card_ids=(card.card_id,), reason="; ".join(verdict.reasons),
+                        details={"failure_mode": card.failure_mode.value, "stage": "before_trial",
+                                 "leak_kinds": list(verdict.kinds)})  # fmt: skip
+        )
+        error = f"lesson rejected by the firewall before its trial ({', '.join(verdict.kinds)})"
+        out.append(card.model_copy(update={"lesson": None, "analysis_error": error, "status": CardStatus.ANALYSIS_ERROR}))
+    return out, entries
+
+
 @dataclass
 class CompileResult:
     pool: CandidatePool
@@ -142,10 +179,10 @@ def compile_candidates(
         details = {"failure_mode": cluster.failure_mode.value, "evidence_count": len(evidence)}
         if len(evidence) < settings.min_evidence_cards:
             continue
-        verdict = firewall.check(text)
+        verdict = firewall.check(text, evidence)  # the gold of this cluster's cards, no other card's
         if not verdict.ok:
             entry(LedgerEvent.FIREWALL_REJECTED, op, chunk, text, pid, evidence_card_ids=evidence,
-                  reason="; ".join(verdict.reasons), details=details)  # fmt: skip
+                  reason="; ".join(verdict.reasons), details=details | {"leak_kinds": list(verdict.kinds)})  # fmt: skip
             continue
         duplicate = history.duplicate_reason(pid, round_name, evidence)
         if duplicate is not None:

@@ -80,7 +80,7 @@ class TrialSettings(_Strict):
 
 class FirewallSettings(_Strict):
     banned_terms: list[str] = Field(default_factory=list, description="extra terms no candidate may carry")
-    shingle_words: int = Field(5, ge=3, le=12, description="n-gram length for held-out instruction text")
+    shingle_words: int = Field(3, ge=3, le=12, description="content words per shingle of held-out instruction text")
 
 
 class CompilerSettings(_Strict):

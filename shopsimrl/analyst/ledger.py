@@ -2,6 +2,7 @@
 
 One `LedgerEntry` line (shopsimrl.rollout.candidates) per event: proposed, firewall_rejected,
 trial_failed, duplicate_rejected, and later the gate's verdicts (in gate/proposal_ledger.jsonl).
+Never twice the same (event, proposal, evidence): a re-run of a finished analysis appends nothing.
 `LedgerHistory` reads this round's ledger and earlier rounds' (`ledger.history`) and refuses an
 edit the gate rejected before unless new evidence supports it: a failure card, identified by
 (round, card id), that none of that proposal's earlier entries cited.
@@ -47,10 +48,26 @@ def read_ledger(path: str | os.PathLike[str]) -> tuple[list[LedgerEntry], list[s
     return entries, problems
 
 
+def entry_key(entry: LedgerEntry) -> tuple[str, str, tuple[str, ...]]:
+    """What makes two entries the same fact: (event, proposal, evidence); the time is not part of it."""
+    return entry.event.value, entry.proposal_id, tuple(entry.evidence_card_ids)
+
+
 def append_entries(analysis_dir: str | os.PathLike[str], entries: Iterable[LedgerEntry]) -> int:
+    """Append the entries the ledger does not hold yet (by `entry_key`); returns how many were appended.
+
+    A re-run of a finished analysis compiles the same entries again: appending them would double the
+    history (and `analysis/proposal_history_records`) without a new fact.
+    """
+    path = ledger_path(analysis_dir)
+    seen = {entry_key(entry) for entry in read_ledger(path)[0]}
     count = 0
     for entry in entries:
-        append_jsonl(ledger_path(analysis_dir), entry.model_dump(mode="json"), fsync=True)
+        key = entry_key(entry)
+        if key in seen:
+            continue
+        seen.add(key)
+        append_jsonl(path, entry.model_dump(mode="json"), fsync=True)
         count += 1
     return count
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -140,20 +141,27 @@ def lesson_prompt(card: FailureCard) -> str:
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
+def _describe(content: str) -> str:
+    """An answer by its length and hash, never its text: a model's answer may quote gold values
+    (it goes into failure_cards.jsonl and analysis_summary.json, which the W&B artifact carries)."""
+    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
+    return f"({len(content)} characters, sha256:{digest})"
+
+
 def parse_lesson(content: str | None) -> str:
     """The lesson text of an answer, or ValueError saying what was wrong with it."""
     if not content or not content.strip():
         raise ValueError("empty answer")
     match = _JSON_OBJECT.search(content)
     if match is None:
-        raise ValueError(f"no JSON object in the answer: {content[:80]!r}")
+        raise ValueError(f"no JSON object in the answer {_describe(content)}")
     try:
         payload = json.loads(match.group(0))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"answer is not valid JSON ({exc.msg}): {content[:80]!r}") from None
+        raise ValueError(f"answer is not valid JSON ({exc.msg}) {_describe(content)}") from None
     text = payload.get("lesson") if isinstance(payload, dict) else None
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"answer has no non-empty \"lesson\" string: {content[:80]!r}")
+        raise ValueError(f"answer has no non-empty \"lesson\" string {_describe(content)}")
     text = " ".join(text.split())
     if len(text) > MAX_LESSON_CHARS:
         raise ValueError(f"lesson has {len(text)} characters, more than {MAX_LESSON_CHARS}")

@@ -91,6 +91,8 @@ class SidecarStats:
     cards_written: int = 0
     refused: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # all-wrong groups whose trace could not be read on the last pass: triage_id -> (trace path, why)
+    unreadable_traces: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class Sidecar:
@@ -128,7 +130,8 @@ class Sidecar:
                 continue
             trace = self._trace(triage)
             if trace is None:
-                continue  # reported; the next pass tries again
+                continue  # reported and kept in stats.unreadable_traces; the next pass tries again
+            self.stats.unreadable_traces.pop(triage.triage_id, None)
             if retries is None:
                 retries = {r.request_id: r for r in read_retry_results(self.train_dir).records}
             card = build_card(triage, trace, retries.get(retry_request_id(triage.triage_id)))
@@ -171,15 +174,18 @@ class Sidecar:
             # The log hook renames traces/step-<n> when slime's rollout id differs from the stashed step.
             moved = sorted(self.train_dir.glob(f"traces/step-*/group-{triage.group_index}.json"))
             if not moved:
+                self.stats.unreadable_traces[triage.triage_id] = (str(path), "not found")
                 self._report(triage.triage_id, f"triage {triage.triage_id}: trace {path} not found yet")
                 return None
             path = moved[0]
         try:
             trace = read_group_trace(path)
         except ValueError as exc:
+            self.stats.unreadable_traces[triage.triage_id] = (str(path), str(exc).removeprefix(f"{path}: "))
             self._report(triage.triage_id, str(exc))
             return None
         if trace.group_key != triage.group_key:
+            self.stats.unreadable_traces[triage.triage_id] = (str(path), f"is group {trace.group_key!r}")
             self._report(triage.triage_id, f"triage {triage.triage_id}: {path} is group {trace.group_key!r}")
             return None
         return trace

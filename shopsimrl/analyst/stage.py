@@ -8,6 +8,11 @@ proposal_ledger.jsonl (appended), analysis_summary.json, and the StageLogger's m
 wandb_status.json. W&B gets one row after the compile (the six `analysis/*` scalars) and the
 artifact `shopsimrl-analysis` with those of the four files that exist. A W&B failure never
 changes the local files.
+
+A damaged triage journal is refused before any lesson or trial; a torn last line is skipped and
+counted (`skipped_triage`). A run that leaves cards without a lesson or a trial, or all-wrong groups
+without a readable trace, writes every file and then raises `StageIncomplete`: a re-run retries
+exactly that work.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from shopsimrl.analyst.cards import (
     CardStatus,
@@ -28,18 +35,20 @@ from shopsimrl.analyst.cards import (
     retry_request_id,
     write_cards,
 )
-from shopsimrl.analyst.compiler import compile_candidates
+from shopsimrl.analyst.compiler import compile_candidates, screen_lessons
 from shopsimrl.analyst.config import AnalysisConfig, load_round_options
 from shopsimrl.analyst.firewall import Firewall
 from shopsimrl.analyst.ledger import LedgerHistory, append_entries, count_records, ledger_path, utc_now
 from shopsimrl.analyst.lessons import LessonBackend, make_backend
-from shopsimrl.analyst.sidecar import Sidecar, cards_lock
+from shopsimrl.analyst.sidecar import Sidecar, ValidationTaskRefused, cards_lock, refuse_held_out
 from shopsimrl.analyst.trial import TrialRunner, lesson_sha256, load_trial_policy
+from shopsimrl.errors import StageIncomplete, TornRecordError
 from shopsimrl.metrics import names as m
-from shopsimrl.records import TriageReason, read_retry_results, read_triage
+from shopsimrl.records import TRIAGE_FILE, TriageReason, TriageRecord, read_retry_results, read_triage
 from shopsimrl.rollout.skillbank import Skillbank, empty_skillbank, load_skillbank
 from shopsimrl.shop import generate_catalog
-from shopsimrl.storage import atomic_write_json, json_bytes
+from shopsimrl.storage import atomic_write_json, json_bytes, read_jsonl
+from shopsimrl.storage.jsonl import iter_jsonl_lines
 from shopsimrl.tracking import StageLogger, WandbSettings
 
 SUMMARY_FILE = "analysis_summary.json"
@@ -95,25 +104,36 @@ def run_analysis(
     if not train_dir.is_dir():
         raise AnalysisError(f"{train_dir}: no training stage directory; run the round's training first")
     options = load_round_options(config)
-    catalog = generate_catalog(seed=options.catalog.seed, num_products=options.catalog.num_products)
+    skipped = check_triage(train_dir)  # before any lesson or trial: a damaged journal is refused here
+    for item in skipped:
+        echo(f"analysis: {item['where']}: {item['reason']}; skipped")
+    catalog = generate_catalog(
+        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
+    )
     skillbank, skillbank_sha = skillbank_of(options.skillbank)
     backend = lesson_backend or make_backend(config.lessons)
 
     with cards_lock(analysis_dir):
         sidecar = Sidecar(train_dir, analysis_dir, echo=echo)
         sidecar.process_new()
+        unreadable = [{"where": f"{train_dir / TRIAGE_FILE} triage {triage_id}", "reason": f"trace {path}: {why}"}
+                      for triage_id, (path, why) in sidecar.stats.unreadable_traces.items()]  # fmt: skip
+        skipped += unreadable
         cards, problems = read_cards(analysis_dir)
         for problem in problems:
             echo(f"failure cards: {problem}")
         cards = _refresh_retries(cards, train_dir)
         cards = _add_lessons(cards, backend)
-        cards = _run_trials(cards, config, options, catalog, skillbank, policy, echo)
+        firewall = Firewall.for_evidence(
+            cards, catalog=catalog, banned_terms=config.firewall.banned_terms,
+            shingle_words=config.firewall.shingle_words,
+        )  # fmt: skip
+        # The firewall before the trial: a leaky lesson is never tried (docs/analyst.md).
+        cards, screened = screen_lessons(cards, firewall=firewall, skillbank=skillbank, round_name=config.run.group,
+                                         settings=config.compiler, now=utc_now())  # fmt: skip
+        cards = _run_trials(cards, config, options, catalog, skillbank, policy, echo, firewall)
         write_cards(analysis_dir, cards)
 
-    firewall = Firewall.for_evidence(
-        cards, catalog=catalog, banned_terms=config.firewall.banned_terms,
-        shingle_words=config.firewall.shingle_words,
-    )  # fmt: skip
     skillbank_firewall = Firewall.for_evidence(
         [], catalog=catalog, banned_terms=config.firewall.banned_terms,
         shingle_words=config.firewall.shingle_words,
@@ -133,7 +153,7 @@ def run_analysis(
         now=utc_now(),
     )
     atomic_write_json(analysis_dir / POOL_FILE, compiled.pool.model_dump(mode="json"))
-    append_entries(analysis_dir, compiled.entries)
+    append_entries(analysis_dir, [*screened, *compiled.entries])
 
     triage = read_triage(train_dir).records
     statuses = count_by_status(cards)
@@ -159,15 +179,70 @@ def run_analysis(
         "cards_by_failure_mode": _by_mode(cards),
         "analysis_errors": {c.card_id: c.analysis_error for c in cards if c.analysis_error},
         "refused_held_out_triage": sidecar.stats.refused,
+        "skipped_triage": len(skipped),
+        "skipped_triage_reasons": skipped,
         "lesson_backend": backend.name,
         "clusters": compiled.clusters,
-        "ledger_events": _events(compiled.entries),
+        "ledger_events": _events([*screened, *compiled.entries]),
         "skillbank_sha256": skillbank_sha,
         "metrics": metrics,
         "finished_at": utc_now(),
     }
     atomic_write_json(analysis_dir / SUMMARY_FILE, summary)
-    return _log(config, settings, metrics, summary, keep_cards_local, echo)
+    result = _log(config, settings, metrics, summary, keep_cards_local, echo)
+    problem = incomplete_problem(cards, unreadable)
+    if problem is not None:
+        raise StageIncomplete("analysis", problem, result)
+    return result
+
+
+def check_triage(train_dir: Path) -> list[dict[str, str]]:
+    """Read `train/triage.jsonl` as the gate reads its evaluations: a torn last line (a kill during an
+    append) is returned as a skip to report and count; an unreadable or invalid line before the end is
+    corruption, one `AnalysisError` naming the file and the line (guessing past it would lose a group
+    silently)."""
+    path = train_dir / TRIAGE_FILE
+    if not path.exists():
+        return []
+    try:
+        raw = read_jsonl(path, strict_middle=True)
+    except TornRecordError as exc:
+        raise AnalysisError(f"{exc}; the training's triage journal is damaged: repair or remove that line, "
+                            "then re-run") from None  # fmt: skip
+    lines = [number for number, text in iter_jsonl_lines(path) if text.strip()]
+    for number, record in zip(lines, raw.records, strict=False):
+        where = f"{path}:{number}"
+        if not isinstance(record, dict):
+            raise AnalysisError(f"{where}: not a JSON object; the training's triage journal is damaged")
+        try:
+            refuse_held_out(str(record.get("task_id")), record.get("split"), where)
+        except ValidationTaskRefused:
+            continue  # refused and counted by the sidecar (refused_held_out_triage)
+        try:
+            TriageRecord.model_validate(record)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise AnalysisError(f"{where}: invalid triage record ({'.'.join(map(str, first['loc']))}: "
+                                f"{first['msg']}); the training's triage journal is damaged") from None  # fmt: skip
+    torn = raw.torn_tail
+    return [] if torn is None else [{"where": f"{torn.path}:{torn.line_number}", "reason": torn.reason}]
+
+
+def incomplete_problem(cards: list[FailureCard], unreadable: list[dict[str, str]]) -> str | None:
+    """One line on the work this run could not do (a re-run retries it), or None when it did all of it."""
+    parts = []
+    failed = [c for c in cards if c.status in (CardStatus.ANALYSIS_ERROR, CardStatus.TRIAL_ERROR)]
+    if failed:
+        first = failed[0]
+        cause = first.analysis_error if first.status is CardStatus.ANALYSIS_ERROR else (
+            f"every trial episode failed: {(first.trial.last_technical_error if first.trial else None)}")
+        errors = sum(c.status is CardStatus.ANALYSIS_ERROR for c in failed)
+        parts.append(f"{errors} of {len(cards)} card(s) without a lesson, {len(failed) - errors} without a trial "
+                     f"(first, {first.card_id}: {cause})")  # fmt: skip
+    if unreadable:
+        parts.append(f"{len(unreadable)} all-wrong group(s) skipped, their trace unreadable "
+                     f"(first: {unreadable[0]['reason']})")  # fmt: skip
+    return "; ".join(parts) or None
 
 
 def artifact_files(analysis_dir: Path, *, keep_cards_local: bool) -> list[Path]:
@@ -235,6 +310,7 @@ def _run_trials(
     skillbank: Skillbank,
     policy: tuple[Any, Any] | None,
     echo: Callable[[str], None],
+    firewall: Firewall | None = None,
 ) -> list[FailureCard]:
     if not config.trial.enabled:
         return cards
@@ -249,7 +325,7 @@ def _run_trials(
     if not todo:
         return cards
     tokenizer, generator = policy if policy is not None else load_trial_policy(config.trial, options)
-    runner = TrialRunner(config.trial, options, catalog, skillbank, tokenizer, generator)
+    runner = TrialRunner(config.trial, options, catalog, skillbank, tokenizer, generator, firewall)
     records = runner.run_many([(c, c.lesson.text if c.lesson else "") for c in todo], config.trial.concurrency)
     done: dict[str, FailureCard] = {}
     for card, record in zip(todo, records, strict=True):

@@ -18,12 +18,17 @@ from typing import Any
 
 from shopsimrl.analyst.cards import FailureCard, TrialRecord
 from shopsimrl.analyst.config import TrialGeneratorName, TrialSettings
+from shopsimrl.analyst.firewall import Firewall
 from shopsimrl.analyst.sidecar import refuse_held_out
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators.base import Generator
 from shopsimrl.rollout.skillbank import Skillbank
 from shopsimrl.shop import Catalog, get_task
+
+
+class LeakyLessonError(ValueError):
+    """A lesson that the firewall rejects reached a trial."""
 
 
 @dataclass
@@ -49,6 +54,7 @@ class TrialRunner:
     skillbank: Skillbank
     tokenizer: Any
     generator: Generator
+    firewall: Firewall | None = None  # when set, a lesson that carries privileged facts is refused
 
     def skill_texts(self, card: FailureCard, lesson: str) -> list[str]:
         active = set(self.skillbank.active_ids)
@@ -62,6 +68,12 @@ class TrialRunner:
         refuse_held_out(card.task_id, card.split, f"trial of {card.card_id}")
         task = get_task(self.catalog, card.task_id)
         refuse_held_out(task.task_id, task.split.value, f"trial of {card.card_id}")
+        if self.firewall is not None:  # defence in depth: the stage screened the lesson already
+            verdict = self.firewall.check(lesson, (card.card_id,))
+            if not verdict.ok:
+                raise LeakyLessonError(
+                    f"trial of {card.card_id} refused: the lesson carries privileged facts ({', '.join(verdict.kinds)})"
+                )
         skills = self.skill_texts(card, lesson)
         attempts = await asyncio.gather(
             *(self._attempt(task, skills, attempt) for attempt in range(self.settings.attempts))

@@ -8,18 +8,27 @@ from shopsimrl.behavior.analysis import (
     tally_traces,
 )
 from shopsimrl.behavior.episode import EpisodeFacts, episode_facts, group_episodes
-from shopsimrl.behavior.failure_mode import Ending, FailureMode, classify_ending, classify_failure
+from shopsimrl.behavior.failure_mode import (
+    EPISODE_MODES,
+    Ending,
+    FailureMode,
+    Outcome,
+    classify_ending,
+    classify_failure,
+)
 from shopsimrl.behavior.run_source import ProblemLog, RunSource, resolve_run
 from shopsimrl.behavior.tally import ALL_ARMS, Cell, Tally
 
 __all__ = [
     "ALL_ARMS",
+    "EPISODE_MODES",
     "DEFAULT_OUT",
     "AnalysisResult",
     "Cell",
     "Ending",
     "EpisodeFacts",
     "FailureMode",
+    "Outcome",
     "ProblemLog",
     "RunSource",
     "Tally",

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shopsimrl.behavior.failure_mode import Ending, FailureMode, classify_ending, classify_failure
+from shopsimrl.behavior.failure_mode import Ending, classify_ending, classify_failure
 from shopsimrl.records import GroupTrace, TrajectoryTrace
 from shopsimrl.shop.observations import PolicyFailureKind
 from shopsimrl.shop.tool_calls import ToolCall, parse_tool_call
@@ -47,7 +47,7 @@ class EpisodeFacts:
     tool_calls: dict[str, int] = field(default_factory=dict)  # offered-or-not known tool -> calls
     invalid_calls: dict[str, int] = field(default_factory=dict)  # policy-failure kind -> calls
     ending: Ending = Ending.UNKNOWN
-    failure_mode: FailureMode = FailureMode.UNKNOWN
+    failure_mode: str = ""  # behavior.failure_mode.EPISODE_MODES
     scorable: bool = False
     reward: float | None = None
     success: bool | None = None
@@ -125,7 +125,7 @@ def episode_facts(trace: GroupTrace, trajectory: TrajectoryTrace, round_label: s
         tool_calls=calls,
         invalid_calls=invalid,
         ending=ending,
-        failure_mode=classify_failure(ending, outcome.success, trajectory.gold_audit),
+        failure_mode=classify_failure(ending, outcome.success, trajectory.gold_audit, messages),
         scorable=outcome.scorable,
         reward=outcome.reward,
         success=outcome.success,

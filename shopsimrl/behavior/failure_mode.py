@@ -1,15 +1,18 @@
 """How an episode ended and, if it failed, why — from the trace's outcome and gold-audit fields.
 
-A deliberately small classifier for the behaviour analysis (the Failure Analyst has its own, richer
-one in shopsimrl/analyst/; the two should be unified). The gold audit is privileged: only the
-category names leave this module, never the gold values.
+The ending (how the episode stopped) is the behaviour analysis' own view; why a scorable episode
+failed is the Failure Analyst's classifier (shopsimrl/analyst/failure_modes.py), so the cards and
+the behaviour tables name the same modes. The gold audit is privileged: only the mode names leave
+this module, never the gold values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
+
+from shopsimrl.analyst.failure_modes import FailureMode, classify_trajectory
 
 
 class Ending(StrEnum):
@@ -22,28 +25,15 @@ class Ending(StrEnum):
     UNKNOWN = "unknown"  # no gold audit to read the finish from
 
 
-class FailureMode(StrEnum):
+class Outcome(StrEnum):
+    """An episode's mode when it did not fail as a policy: the rest are the Analyst's `FailureMode`s."""
+
     SUCCESS = "success"
     TECHNICAL = "technical"
-    TURN_LIMIT = "turn_limit"
-    LENGTH = "length"
-    CONTEXT_LIMIT = "context_limit"
-    NO_PURCHASE = "no_purchase"  # checked out with nothing bought
-    MULTIPLE_ITEMS = "multiple_items"
-    WRONG_TYPE = "wrong_type"
-    OVER_BUDGET = "over_budget"
-    WRONG_ATTRIBUTE = "wrong_attribute"
-    WRONG_OPTION = "wrong_option"
-    OTHER = "other"  # bought one matching line and still not a success (should not happen)
-    UNKNOWN = "unknown"
 
 
-_TRUNCATION_MODES = {
-    Ending.TURN_LIMIT: FailureMode.TURN_LIMIT,
-    Ending.LENGTH: FailureMode.LENGTH,
-    Ending.CONTEXT_LIMIT: FailureMode.CONTEXT_LIMIT,
-    Ending.TRUNCATED: FailureMode.LENGTH,
-}
+# Every value `classify_failure` returns, in the order the plots stack them.
+EPISODE_MODES: tuple[str, ...] = (Outcome.SUCCESS.value, *(mode.value for mode in FailureMode), Outcome.TECHNICAL.value)
 
 
 def classify_ending(
@@ -64,34 +54,14 @@ def classify_ending(
     return Ending.UNKNOWN
 
 
-def _line_mode(line: Mapping[str, Any], gold: Mapping[str, Any]) -> FailureMode:
-    if line.get("product_type") != gold.get("product_type"):
-        return FailureMode.WRONG_TYPE
-    price, ceiling = line.get("price"), gold.get("price_ceiling")
-    if isinstance(price, int | float) and isinstance(ceiling, int | float) and price > ceiling:
-        return FailureMode.OVER_BUDGET
-    attributes = line.get("attributes") or {}
-    if any(attributes.get(k) != v for k, v in (gold.get("attributes") or {}).items()):
-        return FailureMode.WRONG_ATTRIBUTE
-    options = line.get("selected_options") or {}
-    if any(options.get(k) != v for k, v in (gold.get("options") or {}).items()):
-        return FailureMode.WRONG_OPTION
-    return FailureMode.OTHER
-
-
-def classify_failure(ending: Ending, success: bool | None, gold_audit: Any) -> FailureMode:
-    """The first failing check in the order the reward checks them (type, price, attributes, options)."""
+def classify_failure(
+    ending: Ending, success: bool | None, gold_audit: Any, messages: Sequence[Mapping[str, Any]] | None
+) -> str:
+    """`success`, `technical`, or why the policy failed by the Failure Analyst's own classifier
+    (shopsimrl/analyst/failure_modes.py: one classifier for the cards and for the behaviour analysis)."""
     if ending is Ending.TECHNICAL:
-        return FailureMode.TECHNICAL
+        return Outcome.TECHNICAL.value
     if success:
-        return FailureMode.SUCCESS
-    if ending in _TRUNCATION_MODES:
-        return _TRUNCATION_MODES[ending]
-    if ending is not Ending.CHECKOUT or not isinstance(gold_audit, Mapping):
-        return FailureMode.UNKNOWN
-    purchased = gold_audit.get("purchased") or []
-    if not purchased:
-        return FailureMode.NO_PURCHASE
-    if len(purchased) > 1:
-        return FailureMode.MULTIPLE_ITEMS
-    return _line_mode(purchased[0], gold_audit.get("gold") or {})
+        return Outcome.SUCCESS.value
+    audit = gold_audit if isinstance(gold_audit, Mapping) else None
+    return classify_trajectory(audit, messages or []).mode.value

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.behavior.failure_mode import Ending, FailureMode
+from shopsimrl.behavior.failure_mode import EPISODE_MODES, Ending
 from shopsimrl.behavior.run_source import SlimeStep
 from shopsimrl.behavior.tally import ALL_ARMS, Tally
 from shopsimrl.storage import atomic_write_bytes
@@ -94,14 +94,14 @@ def _failure_modes(plt: Any, tally: Tally, path: Path) -> Path:
     labels = [(r, a) for r in tally.rounds for a in tally.arms(r)]
     figure, axes = plt.subplots(figsize=(9, 0.45 * len(labels) + 1.6), dpi=100)
     left = [0.0] * len(labels)
-    for mode in FailureMode:
+    for mode in EPISODE_MODES:
         shares = []
         for r, a in labels:
             cell = tally.by_arm[(r, a)]
-            shares.append(cell.failure_modes[mode.value] / cell.episodes if cell.episodes else 0.0)
+            shares.append(cell.failure_modes[mode] / cell.episodes if cell.episodes else 0.0)
         if not any(shares):
             continue
-        axes.barh([f"{r} {a}" for r, a in labels], shares, left=left, label=mode.value)
+        axes.barh([f"{r} {a}" for r, a in labels], shares, left=left, label=mode)
         left = [x + y for x, y in zip(left, shares, strict=True)]
     axes.set_xlabel("share of episodes")
     axes.set_xlim(0, 1)

@@ -82,7 +82,7 @@ class StreamingCsv:
 def episode_row(e: EpisodeFacts) -> list[Any]:
     return [e.round, e.rollout_step, e.group_index, e.rollout_id, e.task_id, e.arm, e.segments,
             e.model_turns, e.generated_tokens, e.response_tokens, e.truncated_samples, _mix(e.tool_calls),
-            e.invalid_call_count, e.ending.value, e.failure_mode.value, int(e.scorable), e.reward,
+            e.invalid_call_count, e.ending.value, e.failure_mode, int(e.scorable), e.reward,
             "" if e.success is None else int(e.success)]  # fmt: skip
 
 

@@ -55,7 +55,7 @@ class Cell:
         self.response_tokens_sum += e.response_tokens
         self.tokens_hist[e.generated_tokens // TOKEN_BUCKET] += 1
         self.endings[e.ending.value] += 1
-        self.failure_modes[e.failure_mode.value] += 1
+        self.failure_modes[e.failure_mode] += 1
         self.tools.update(e.tool_calls)
         self.invalid_kinds.update(e.invalid_calls)
         self.invalid_calls += e.invalid_call_count

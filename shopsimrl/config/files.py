@@ -101,7 +101,23 @@ def parse_json(text: str, source: str) -> Any:
     return data
 
 
+# pydantic's prefixes of a message raised by our own validators: they say nothing to a user.
+_VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
 def validation_problem(error: Any, prefix: str = "") -> str:
-    """One pydantic validation error as "where: what" (`where` dotted; `prefix.where` under a section)."""
+    """One pydantic validation error as "where: what" (`where` dotted; `prefix.where` under a section).
+
+    One line: never pydantic's multi-line summary with its documentation URL (`str(ValidationError)`),
+    and without the "Value error, " that pydantic puts before our validators' own messages.
+    """
     where = ".".join(str(part) for part in error["loc"]) or "top level"
-    return f"{prefix}.{where}: {error['msg']}" if prefix else f"{where}: {error['msg']}"
+    message = " ".join(str(error["msg"]).split())
+    for noise in _VALIDATOR_PREFIXES:
+        message = message.removeprefix(noise)
+    return f"{prefix}.{where}: {message}" if prefix else f"{where}: {message}"
+
+
+def validation_problems(exc: Any, prefix: str = "") -> list[str]:
+    """Every error of a pydantic `ValidationError` as `validation_problem` lines."""
+    return [validation_problem(error, prefix) for error in exc.errors()]

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from shopsimrl.config.files import load_yaml_file
 from shopsimrl.errors import ConfigError
+from shopsimrl.shop.levels import DEFAULT_LEVEL, LEVELS, unknown_level_message
 
 OPTIONS_KEY = "shopsim"
 _CACHE_ATTR = "_shopsim_options"
@@ -49,8 +51,28 @@ class QSchedule(_Strict):
 
 
 class CatalogOptions(_Strict):
+    """The shop a stage runs on. Training, the gate and eval share this one definition (the gate's
+    and eval's `catalog:` sections), so a round names its difficulty level once, in training's."""
+
     seed: int = 0
-    num_products: int = Field(2000, ge=50)
+    num_products: int = Field(2000, ge=50, description="catalog size; default: the level's (full: 2000)")
+    level: str = Field(DEFAULT_LEVEL, description=f"difficulty level, one of: {', '.join(LEVELS)}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_from_level(cls, data: Any) -> Any:
+        # Each level has its own default catalog size; an explicit num_products always wins.
+        if isinstance(data, dict) and "num_products" not in data and data.get("level") in LEVELS:
+            return {**data, "num_products": LEVELS[data["level"]].num_products}
+        return data
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value not in LEVELS:
+            # a custom error type: pydantic would prefix a ValueError's text with "Value error, "
+            raise PydanticCustomError("unknown_level", unknown_level_message(value))
+        return value
 
 
 class ShopSimOptions(_Strict):

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from shopsimrl.config.overrides import parse_sets
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted, rerun_command
 from shopsimrl.tracking.settings import wandb_options
 
 _FLAGS = ("checkpoint", "split", "tasks", "seeds", "mask", "skillbank", "name", "group")
@@ -18,7 +18,8 @@ _FLAGS = ("checkpoint", "split", "tasks", "seeds", "mask", "skillbank", "name", 
 @click.command("eval")
 @click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(path_type=Path))
 @click.option("--checkpoint", help="HF model directory, a checkpoints parent (its latest), or 'demo'.")
-@click.option("--split", type=click.Choice(["validation", "test"]), help="Held-out split [validation].")
+@click.option("--split", type=click.Choice(["validation", "test", "train"]),
+              help="Held-out split [validation]; train measures the tasks the policy trains on.")
 @click.option("--tasks", type=int, help="The first N tasks of the split.")
 @click.option("--seeds", type=int, help="Episodes per task (each with its own fixed seeds).")
 @click.option("--mask", help="Skill chunks in the prompt: full, none, or chunk ids 'a,b'.")
@@ -53,11 +54,17 @@ def eval_command(config_path: Path | None, compare_dir: Path | None, sets: tuple
         config = load_eval_config(config_path, overrides)
         settings = wandb_settings if wandb_settings.group else replace(wandb_settings, group=config.group)
         baseline = _load_baseline(compare_dir) if compare_dir is not None else None
-        result = run_eval(config, settings=settings, echo=click.echo, progress=not no_progress)
+        result = run_eval(config, settings=settings, echo=click.echo, progress=not no_progress,
+                          compare_with=None if baseline is None else (f"--compare {baseline[0]}", baseline[1]))
     except (ConfigError, ModelUnavailableError) as exc:
         raise click.ClickException(str(exc)) from None
     except RunnerAborted as exc:
         raise click.ClickException(f"eval incomplete: {exc}") from None
+    except StageIncomplete as exc:  # too many unscorable episodes: no report; the same command retries them
+        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
+    except StageInterrupted as exc:  # one line, never the traceback of the episodes in flight
+        click.echo(f"{exc}; resume: {rerun_command()}", err=True)
+        raise SystemExit(exc.code) from None
     for line in result.lines:
         click.echo(line)
     click.echo(f"  report: {result.eval_dir / 'eval_report.json'}")
@@ -89,15 +96,11 @@ def _scored(path: Path) -> list[dict[str, Any]]:
 
 
 def _compare(baseline: tuple[Path, dict[str, Any], list[dict[str, Any]]], result: Any, samples: int, seed: int) -> None:
-    from shopsimrl.evaluation.report import comparability_problems, compare, comparison_lines
+    from shopsimrl.evaluation.report import compare, comparison_lines
     from shopsimrl.evaluation.stage import EPISODES_FILE
     from shopsimrl.storage import atomic_write_json
 
-    directory, before, before_records = baseline
-    problems = comparability_problems(before, result.report)
-    if problems:
-        raise click.ClickException(str(ConfigError(f"--compare {directory}", ["plans differ, episodes cannot be paired",
-                                                                               *problems])))
+    directory, before, before_records = baseline  # pairable: run_eval checked the plans before any episode
     after_records = _scored(result.eval_dir / EPISODES_FILE)
     comparison = compare(before, before_records, result.report, after_records, bootstrap_samples=samples, seed=seed)
     comparison["before"]["eval_dir"] = str(directory)

@@ -37,7 +37,8 @@ class EvalConfig(Strict):
     schema_version: Literal[1] = EVAL_CONFIG_SCHEMA_VERSION
     checkpoint: str = Field(..., min_length=1, description="HF model directory, a checkpoints parent, or 'demo'")
     tokenizer: str | None = Field(None, description="tokenizer directory; default: the checkpoint")
-    split: Literal["validation", "test"] = "validation"
+    # train: how often the policy solves the tasks it trains on (not held out; the demo profile's check)
+    split: Literal["validation", "test", "train"] = "validation"
     tasks: int = Field(50, ge=1, le=MAX_HELD_OUT, description="the first N tasks of the split")
     seeds: int = Field(2, ge=1, description="episodes per task, each with its own sampling and environment seed")
     seed: int = Field(0, ge=0, description="seeds every episode's seeds: same seed, same episodes")

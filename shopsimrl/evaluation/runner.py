@@ -13,7 +13,8 @@ A technical failure (model service, environment, parser) is recorded as status
 `technical_failure` and run again, never scored 0; after `max_attempts` the episode is final
 with status `unscorable` and drops out of every estimate. `abort_after_consecutive_failures`
 technical failures in a row stop the stage (`RunnerAborted`): a service outage must not burn every
-episode's attempts; re-running the command resumes.
+episode's attempts; re-running the command resumes. SIGTERM/SIGINT cancel the episodes in flight
+and raise `RunnerStopped` (the stages turn it into one line with the coverage and the resume command).
 
     runner = EpisodeRunner(..., path=gate_dir / "evaluations.jsonl", kind="gate_evaluation")
     await runner.run(todo)
@@ -23,8 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -53,6 +57,42 @@ class RunnerAborted(RuntimeError):
     """Too many technical failures in a row: the stage stops incomplete and can be resumed."""
 
 
+class RunnerStopped(Exception):
+    """SIGTERM or SIGINT arrived while episodes ran; every finished record is on disk."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextmanager
+def _signals_cancel(task: asyncio.Task[Any] | None) -> Iterator[list[int]]:
+    """While the episodes run, SIGTERM/SIGINT cancel `task` (the gather) instead of raising inside
+    whichever episode coroutine happens to run: an exception raised there by a Python signal handler
+    leaves the other tasks' exceptions unretrieved ("Task exception was never retrieved" and a
+    traceback per task). The handlers in place before (the StageLogger's) are restored afterwards."""
+    received: list[int] = []
+    loop = asyncio.get_running_loop()
+    if task is None or threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+    def stop(signum: int) -> None:
+        if not received:
+            received.append(signum)
+            task.cancel()
+
+    for signum in previous:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
+
+
 @dataclass
 class EvaluationState:
     """What the JSONL file says so far: the final record of each planned key and attempts used."""
@@ -76,9 +116,32 @@ class EvaluationState:
                 if key not in keys:
                     raise ValueError(f"{path}: episode {key} is not in {plan_file}")
                 attempts[key] = attempts.get(key, 0) + 1
-                if record["status"] in FINAL:
-                    final.setdefault(key, record)  # a duplicate after a kill between append and exit: first wins
+                if record["status"] in FINAL and (key not in final or (
+                        final[key]["status"] == EvaluationStatus.UNSCORABLE
+                        and record["status"] == EvaluationStatus.SCORED)):
+                    # A duplicate after a kill between append and exit: the first wins; a retried unscorable
+                    # episode (see `retry_keys`) that scored replaces its unscorable record.
+                    final[key] = record
         return cls(final, attempts, torn)
+
+    @property
+    def unscorable(self) -> list[tuple[str, ...]]:
+        return [key for key, record in self.final.items() if record["status"] == EvaluationStatus.UNSCORABLE]
+
+    def retry_keys(self, planned: int, max_fraction: float) -> set[tuple[str, ...]]:
+        """The unscorable episodes to run again: all of them when they are more than `max_fraction` of
+        the plan (the last run ended incomplete on them), none otherwise (a finished stage stays as it is)."""
+        unscorable = self.unscorable
+        return set(unscorable) if planned and len(unscorable) > max_fraction * planned else set()
+
+    def unscorable_problem(self, planned: int, max_fraction: float, what: str) -> str | None:
+        """One line when more than `max_fraction` of the plan is unscorable (the stage is then incomplete)."""
+        unscorable = self.unscorable
+        if not planned or len(unscorable) <= max_fraction * planned:
+            return None
+        first = self.final[unscorable[0]].get("technical_error")
+        return (f"{len(unscorable)} of {planned} {what} unscorable, more than generator.max_unscorable_fraction "
+                f"{max_fraction:.2f} (first: {first})")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -106,7 +169,8 @@ class EpisodeRunner:
     _aborted: str | None = field(default=None, init=False)
 
     async def run(self, todo: Sequence[Todo]) -> None:
-        """Run every episode in `todo` to a final record; raises `RunnerAborted` on an outage."""
+        """Run every episode in `todo` to a final record; raises `RunnerAborted` on an outage and
+        `RunnerStopped` on SIGTERM/SIGINT (the episodes in flight are cancelled, nothing half-written)."""
         repair_torn_tail(self.path)  # a kill mid-append left a partial line: the next append must start a new one
         semaphore = asyncio.Semaphore(self.concurrency)
 
@@ -114,7 +178,13 @@ class EpisodeRunner:
             async with semaphore:
                 await self._evaluate(item)
 
-        await asyncio.gather(*(one(item) for item in todo))
+        with _signals_cancel(asyncio.current_task()) as received:
+            try:
+                await asyncio.gather(*(one(item) for item in todo))
+            except asyncio.CancelledError:
+                if not received:
+                    raise
+                raise RunnerStopped(received[0]) from None
         if self._aborted:
             raise RunnerAborted(self._aborted)
 

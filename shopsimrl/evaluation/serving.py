@@ -55,7 +55,7 @@ def episode_options(run_dir: Path, episode: EpisodeConfig, catalog: CatalogConfi
 
     return ShopSimOptions(
         run_dir=str(run_dir),
-        catalog=CatalogOptions(seed=catalog.seed, num_products=catalog.num_products),
+        catalog=CatalogOptions(seed=catalog.seed, num_products=catalog.num_products, level=catalog.level),
         tool_call_format=episode.tool_call_format,
         max_turns=episode.max_turns,
         max_new_tokens_per_turn=episode.max_new_tokens_per_turn,

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.config.files import parse_json, read_config_text
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted
 from shopsimrl.evaluation.config import EvalConfig
 from shopsimrl.evaluation.episode import PlannedEpisode
 from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
 from shopsimrl.evaluation.hashes import file_sha256, task_set_sha256
 from shopsimrl.evaluation.plan import KEY_FIELDS, plan_episodes
-from shopsimrl.evaluation.report import REPORT_FILE, build_report, report_lines
+from shopsimrl.evaluation.report import REPORT_FILE, build_report, comparability_problems, report_lines
 from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import (
     CHECKPOINT_MANIFEST,
@@ -59,9 +59,17 @@ class _Inputs:
 
 
 def run_eval(config: EvalConfig, *, settings: WandbSettings | None = None,
-             echo: Callable[[str], None] = print, progress: bool = True) -> EvalResult:
-    """Run (or resume) the evaluation the config describes. Raises ConfigError before any episode on bad input."""
+             echo: Callable[[str], None] = print, progress: bool = True,
+             compare_with: tuple[str, dict[str, Any]] | None = None) -> EvalResult:
+    """Run (or resume) the evaluation the config describes. Raises ConfigError before any episode on bad
+    input; `compare_with` = (where, report) of a baseline whose episodes this one must pair with: a plan
+    that cannot pair is refused here, before anything is written or run."""
     inputs = _load_inputs(config)
+    if compare_with is not None:
+        where, before = compare_with
+        problems = comparability_problems(before, {"plan": inputs.plan})
+        if problems:
+            raise ConfigError(where, ["plans differ, episodes cannot be paired", *problems])
     eval_dir = config.eval_dir
     planned = plan_episodes([t.task_id for t in inputs.tasks], seeds=config.seeds, seed=config.seed,
                             mask=tuple(inputs.plan["skills"]))
@@ -71,17 +79,31 @@ def run_eval(config: EvalConfig, *, settings: WandbSettings | None = None,
         state = _state(path, planned)
         if state.torn_tail:
             echo(f"eval: {state.torn_tail}; that episode runs again")
-        from shopsimrl.evaluation.runner import Todo
+        from shopsimrl.evaluation.runner import RunnerStopped, Todo
 
-        todo = [Todo(e, state.attempts.get(e.key, 0)) for e in planned if e.key not in state.final]
+        max_unscorable = config.generator.max_unscorable_fraction
+        retry = state.retry_keys(len(planned), max_unscorable)
+        if retry:
+            echo(f"eval: {len(retry)} unscorable episodes run again (more than generator.max_unscorable_fraction "
+                 f"{max_unscorable:.2f})")  # fmt: skip
+        todo = [Todo(e, 0 if e.key in retry else state.attempts.get(e.key, 0))
+                for e in planned if e.key not in state.final or e.key in retry]  # fmt: skip
         echo(f"eval: {len(planned)} episodes planned ({config.tasks} {config.split} tasks x {config.seeds} seeds), "
              f"{len(planned) - len(todo)} already final, {len(todo)} to run -> {eval_dir}")
         if todo:
-            _run_episodes(config, inputs, todo, path, echo, progress)
+            try:
+                _run_episodes(config, inputs, todo, path, echo, progress)
+            except RunnerStopped as exc:  # one line with the coverage, never the episodes' tracebacks
+                done = len(_state(path, planned).final)
+                raise StageInterrupted(STAGE, exc.signum, f"{done}/{len(planned)} episodes final "
+                                       f"(coverage {done / len(planned):.2f}) in {path}") from None  # fmt: skip
         state = _state(path, planned)
         missing = len(planned) - len(state.final)
         if missing:  # only after an abort, which raised above; or a concurrent edit of the file
             raise RuntimeError(f"{missing} episodes are still missing from {path}")
+        problem = state.unscorable_problem(len(planned), max_unscorable, "episodes")
+        if problem is not None:  # numbers from what is left would hide an outage: no report
+            raise StageIncomplete(STAGE, f"{problem}; no report written")
         report = build_report(inputs.plan, planned, state.final, bootstrap_samples=config.bootstrap_samples,
                               seed=config.seed)
         atomic_write_json(eval_dir / REPORT_FILE, report)
@@ -175,7 +197,12 @@ def _load_inputs(config: EvalConfig) -> _Inputs:
         if unknown and config.skillbank is not None and skillbank_hash is not None:
             problems.append(f"mask: {', '.join(unknown)} not active in {config.skillbank} "
                             f"(active: {', '.join(skillbank.active_ids) or 'none'})")
-    catalog = generate_catalog(seed=config.catalog.seed, num_products=config.catalog.num_products)
+    from shopsimrl.config.round_shop import catalog_problems
+
+    problems.extend(catalog_problems(config.catalog, runs_root=config.runs_root, group=config.group, key="catalog"))
+    catalog = generate_catalog(
+        seed=config.catalog.seed, num_products=config.catalog.num_products, level=config.catalog.level
+    )
     tasks = load_split(catalog, config.split, limit=config.tasks)
     if len(tasks) < config.tasks:
         problems.append(f"tasks: the {config.split} split has only {len(tasks)} tasks")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from shopsimrl.config.overrides import parse_sets
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted, rerun_command
 from shopsimrl.tracking.settings import wandb_options
 
 
@@ -39,5 +39,10 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
         raise click.ClickException(str(exc)) from None
     except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}") from None
+    except StageIncomplete as exc:  # too many unscorable evaluations: no decision; the same command retries them
+        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
+    except StageInterrupted as exc:  # one line, never the traceback of the episodes in flight
+        click.echo(f"{exc}; resume: {rerun_command()}", err=True)
+        raise SystemExit(exc.code) from None
     for line in result.lines:
         click.echo(line)

@@ -8,25 +8,31 @@ yet final -> when every planned evaluation is final, estimate, write contributio
 selected_skillbank.json, selected_skill.md and proposal_ledger.jsonl -> log W&B once.
 
 An incomplete gate (killed, interrupted, aborted on a service outage) writes none of the decision
-files and logs only `gate/coverage`, `gate/complete = 0` and the files that exist.
+files and logs only `gate/coverage`, `gate/complete = 0` and the files that exist. SIGTERM/SIGINT
+end it with `StageInterrupted` (exit code 128 + signal): where it stopped and the coverage, one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.errors import ConfigError
+from pydantic import ValidationError
+
+from shopsimrl.config.files import validation_problems
+from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted
 from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
 from shopsimrl.evaluation.runner import (
     EpisodeRunner,
     EvaluationState,
     EvaluationStatus,
     PlannedEpisode,
+    RunnerStopped,
     Todo,
 )
 from shopsimrl.evaluation.serving import episode_options, load_generator
@@ -119,10 +125,14 @@ def run_gate(
             state = _state(evaluations_path, design)
             if state.torn_tail:
                 echo(f"gate: {state.torn_tail}; that evaluation runs again")
-            todo = [
-                Todo(episode, state.attempts.get(episode.key, 0))
+            retry = state.retry_keys(design.planned, config.generator.max_unscorable_fraction)
+            if retry:
+                echo(f"gate: {len(retry)} unscorable evaluations run again (more than "
+                     f"generator.max_unscorable_fraction {config.generator.max_unscorable_fraction:.2f})")
+            todo = [  # a retried unscorable evaluation gets its attempts afresh (numbered from 1 again)
+                Todo(episode, 0 if episode.key in retry else state.attempts.get(episode.key, 0))
                 for episode in planned_episodes(design)
-                if episode.key not in state.final
+                if episode.key not in state.final or episode.key in retry
             ]
             echo(
                 f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}), "
@@ -135,16 +145,36 @@ def run_gate(
             result.complete = result.finished == design.planned
             if not result.complete:  # unreachable unless evaluations.jsonl is edited concurrently
                 raise RuntimeError(f"{design.planned - result.finished} evaluations are still missing")
+            problem = state.unscorable_problem(design.planned, config.generator.max_unscorable_fraction, "evaluations")
+            if problem is not None:  # a decision on what is left would hide an outage: none is written
+                result.complete = False
+                raise StageIncomplete(STAGE, f"{problem}; no decision written", result)
             document = _decide(config, inputs, design, state.final)
             result.document = document
             result.lines = summary_lines(config, document)
             _log_complete(log, gate_dir, document)
-        except BaseException:
+        except BaseException as exc:
             final = _state(evaluations_path, design).final if evaluations_path.exists() else {}
             result.finished = len(final)
             _log_incomplete(log, gate_dir, result.coverage)
-            raise
+            signum = _signal_of(exc)
+            if signum is None:
+                raise
+            raise StageInterrupted(STAGE, signum, f"{result.finished}/{design.planned} evaluations final "
+                                   f"(coverage {result.coverage:.2f}) in {evaluations_path}") from None  # fmt: skip
     return result
+
+
+def _signal_of(exc: BaseException) -> int | None:
+    """The signal that stopped the stage: SIGTERM/SIGINT during the episodes (RunnerStopped), or the
+    StageLogger's SIGTERM (SystemExit 143) / Ctrl-C outside them; None for any other exception."""
+    if isinstance(exc, RunnerStopped):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(exc, SystemExit) and not isinstance(exc, StageInterrupted) and exc.code == 128 + signal.SIGTERM:
+        return signal.SIGTERM
+    return None
 
 
 def _load_inputs(config: GateConfig) -> _Inputs:
@@ -157,6 +187,9 @@ def _load_inputs(config: GateConfig) -> _Inputs:
         pool = CandidatePool.model_validate_json(Path(paths.candidate_pool).read_text(encoding="utf-8"))
     except FileNotFoundError:
         problems.append(f"inputs.candidate_pool: {paths.candidate_pool} not found (run the Failure Analyst first)")
+    except ValidationError as exc:  # one line per problem, not pydantic's multi-line text with its URL
+        problems.extend(f"inputs.candidate_pool: {paths.candidate_pool} is not a valid candidate pool: {p}"
+                        for p in validation_problems(exc))  # fmt: skip
     except ValueError as exc:
         problems.append(f"inputs.candidate_pool: {paths.candidate_pool} is not a valid candidate pool: {exc}")
     try:
@@ -198,8 +231,18 @@ def _load_inputs(config: GateConfig) -> _Inputs:
                 apply_interventions(skillbank, list(pool.interventions), config.round)
             except (ValueError, ConfigError) as exc:
                 problems.append(f"inputs.candidate_pool: an intervention does not apply to the skillbank: {exc}")
-    catalog = generate_catalog(seed=config.catalog.seed, num_products=config.catalog.num_products)
+    from shopsimrl.config.round_shop import catalog_problems
+
+    problems.extend(catalog_problems(config.catalog, runs_root=config.runs_root, group=config.round, key="catalog"))
+    catalog = generate_catalog(
+        seed=config.catalog.seed, num_products=config.catalog.num_products, level=config.catalog.level
+    )
     tasks = load_split(catalog, config.design.split, limit=config.design.tasks)
+    if pool is not None:  # the gate's own firewall check of the pool it received (docs/analyst.md)
+        from shopsimrl.analyst.firewall import Firewall, pool_problems
+
+        held_out = Firewall.for_evidence([], catalog=catalog)
+        problems.extend(f"inputs.candidate_pool: {p}" for p in pool_problems(pool.interventions, held_out))
     if len(tasks) < config.design.tasks:
         problems.append(f"design.tasks: the {config.design.split} split has only {len(tasks)} tasks")
     if problems:

@@ -149,6 +149,8 @@ class WarmStartConfig(_Strict):
     expert_noise: float = Field(0.0, ge=0, le=1)
     save: bool = Field(False, description="save the warm-started policy as <checkpoints>/<group>/warm-start "
                        "(the 'before GRPO' checkpoint of a learning run)")
+    cache: bool = Field(True, description="reuse the warm-started policy from <checkpoints_root>/warm-start-cache "
+                        "when model, warm start and shop profile are the same (local/warm_start_cache.py)")
 
 
 class RunSection(_Strict):

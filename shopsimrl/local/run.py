@@ -21,6 +21,7 @@ from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.startup import check_startup
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
+from shopsimrl.local.warm_start_cache import find_cached_warm_start, store_warm_start, warm_start_key
 from shopsimrl.metrics.alerts import AlertConfig
 from shopsimrl.metrics.live_alerts import LiveAlerts
 from shopsimrl.models.checkpoint import (
@@ -126,7 +127,8 @@ def run_training(
         settings = replace(settings, group=config.run.group)
     stage_dir = config.stage_dir
     # Catalog and split are cheap and deterministic: built first, so the start-up checks can use them.
-    catalog = generate_catalog(seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products)
+    catalog = generate_catalog(seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products,
+                               level=config.shopsim.catalog.level)
     tasks = load_split(catalog, config.shopsim.split)
     check_startup(config, settings, catalog, tasks)
     config_dict = config.model_dump(mode="json")
@@ -138,22 +140,31 @@ def run_training(
 
     with failure_recording(stage_dir, run_id=run_id, config=config_dict):
         reset_process_state()  # the hooks' per-process stash belongs to the previous run, if any
-        model, tokenizer, load_seconds = load_model(config)
+        cache_key = warm_start_key(config) if config.warm_start.enabled and config.warm_start.cache else None
+        cached = find_cached_warm_start(config, cache_key, echo) if cache_key is not None else None
+        model_config = config if cached is None else config.model_copy(
+            update={"model": config.model.model_copy(update={"checkpoint": str(cached.path)})})  # fmt: skip
+        model, tokenizer, load_seconds = load_model(model_config)
         line = summary_line(config, model)
         echo(line)
         result = RunResult(
             config=config, summary_line=line, stage_dir=stage_dir, model_load_seconds=load_seconds
         )
-        # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
-        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
-        if config.warm_start.enabled:
+        if cached is not None:
+            result.warm_start = replace(cached.result, cached_from=cached.path)
+            echo(f"warm start: reused {cached.path} ({cached.result.steps} steps; "
+                 "local/warm_start_cache.py: same model, warm start and shop profile)")  # fmt: skip
+        elif config.warm_start.enabled:
+            # Its own generator, seeded with model.seed: the warm start's probes never shift GRPO's draws,
+            # so a cached warm start and one that ran now lead to the same GRPO run.
+            probe_generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.model.seed)
             args = build_args(
-                config, use_wandb=False, generator=generator, tokenizer=tokenizer, catalog=catalog
+                config, use_wandb=False, generator=probe_generator, tokenizer=tokenizer, catalog=catalog
             )
             result.warm_start = warm_start(
                 model,
                 tokenizer,
-                generator,
+                probe_generator,
                 catalog,
                 tasks,
                 config.shopsim,
@@ -168,8 +179,15 @@ def run_training(
                     )
                 ),
             )
+            if cache_key is not None:
+                stored = store_warm_start(config, cache_key, model, tokenizer, result.warm_start)
+                echo(f"warm start: cached as {stored} for the next run with the same settings")
+        if config.warm_start.enabled:
+            torch.manual_seed(config.model.seed)  # GRPO starts from the same RNG state either way
             if config.warm_start.save:  # the policy before any GRPO update, for `shopsimrl eval`
                 result.checkpoints.append(save_checkpoint(model, tokenizer, config.checkpoint_dir / WARM_START_DIR))
+        # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
+        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
         with StageLogger(
             stage_dir,
             stage="train",

@@ -14,6 +14,7 @@ def demo_summary(result: RunResult) -> str:
         lines.append(
             f"warm start: {ws.steps} supervised step(s), last loss {ws.losses[-1]:.3f}, "
             f"mixed outcomes reached: {'yes' if ws.reached_mixed_outcomes else 'no'} (probes: {probes})"
+            + (f"; reused from {ws.cached_from}" if ws.cached_from is not None else "")
         )
     lines.append(
         # grad_norm, not loss: with whole GRPO groups in a step the first step's loss is ~0 by

@@ -15,6 +15,7 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -177,6 +178,7 @@ class WarmStartResult:
     losses: list[float] = field(default_factory=list)
     probes: list[ProbeResult] = field(default_factory=list)
     reached_mixed_outcomes: bool = False
+    cached_from: Path | None = None  # the cache entry it was reused from (local/warm_start_cache.py); None: ran now
 
 
 def probe(

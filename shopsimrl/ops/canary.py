@@ -228,7 +228,9 @@ def run_canary(
     options = options or ShopSimOptions(run_dir=str(out_dir))
     if generator is None:
         tokenizer, generator = build_generator(settings, options, echo)
-    catalog = generate_catalog(seed=options.catalog.seed, num_products=options.catalog.num_products)
+    catalog = generate_catalog(
+        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
+    )
     tasks = load_split(catalog, settings.split, limit=settings.tasks)
     if len(tasks) < settings.tasks:
         raise ConfigError(

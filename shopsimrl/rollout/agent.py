@@ -278,7 +278,9 @@ class AgentRuntime:
             catalog = _injected(args, INJECT_CATALOG_ATTR)
             if catalog is None:
                 catalog = generate_catalog(
-                    seed=options.catalog.seed, num_products=options.catalog.num_products
+                    seed=options.catalog.seed,
+                    num_products=options.catalog.num_products,
+                    level=options.catalog.level,
                 )
             tokenizer = _injected(args, INJECT_TOKENIZER_ATTR)
             if tokenizer is None:

@@ -43,6 +43,8 @@ def export(config_path: str, out_path: str, limit: int | None) -> None:
         options = load_options_file(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    catalog = generate_catalog(seed=options.catalog.seed, num_products=options.catalog.num_products)
+    catalog = generate_catalog(
+        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
+    )
     count = export_prompt_data(load_split(catalog, options.split, limit=limit), Path(out_path))
     click.echo(f"wrote {count} {options.split} tasks to {out_path}")

@@ -175,7 +175,9 @@ def run_pending_retries(
     thread, which this call joins.
     """
     if catalog is None:
-        catalog = generate_catalog(seed=options.catalog.seed, num_products=options.catalog.num_products)
+        catalog = generate_catalog(
+            seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
+        )
     skillbank = load_skillbank(options.skillbank) if options.skillbank else empty_skillbank()
     requests = _IN_FLIGHT.claim(pending_requests(run_dir))
     coroutine = _run_all(

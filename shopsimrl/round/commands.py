@@ -12,7 +12,14 @@ from typing import Any
 import click
 
 from shopsimrl.config.overrides import parse_sets
-from shopsimrl.errors import ConfigError, StartupError, StorageError
+from shopsimrl.errors import (
+    ConfigError,
+    StageIncomplete,
+    StageInterrupted,
+    StartupError,
+    StorageError,
+    rerun_command,
+)
 from shopsimrl.tracking.settings import WandbSettings, wandb_options
 
 _WANDB_FLAGS = {"wandb": "enabled", "wandb_project": "project", "wandb_entity": "entity", "wandb_mode": "mode",
@@ -87,6 +94,11 @@ def _round_errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
     except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}; re-run the same command to resume") from None
+    except StageIncomplete as exc:  # the stage stays unfinished in round_state.json: the same command retries it
+        raise click.ClickException(f"round: {exc}; retry: {rerun_command()}") from None
+    except StageInterrupted as exc:  # one line, never the traceback of the work in flight
+        click.echo(f"round: {exc}; resume: {rerun_command()}", err=True)
+        raise SystemExit(exc.code) from None
     except FileNotFoundError as exc:
         raise click.ClickException(f"{exc.filename}: not found") from None
 

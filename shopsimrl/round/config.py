@@ -42,6 +42,7 @@ SHOPSIM_CONFIG_FILE = "shopsim_config.yaml"  # docker: the derived slime plugin 
 ANALYSIS_CONFIG_FILE = "analysis_config.yaml"  # docker: the derived configs the services read
 GATE_CONFIG_FILE = "gate_config.yaml"
 _PLACEHOLDER_CHECKPOINT = "<final checkpoint>"  # validation only: the real one exists after training
+_PLACEHOLDER_SKILLBANK = "<the training's skillbank>"  # validation of gate: when train.shopsim is invalid
 
 # Keys the round owns: (section, dotted key) -> what sets them instead.
 _OWNED = {
@@ -192,8 +193,9 @@ class RoundConfig(_Strict):
         raw["trial"] = {**(raw.get("trial") or {}), "model": str(checkpoint)}
         return analysis_config_from_mapping(raw, f"{self.source} (analysis)")
 
-    def gate_config(self, checkpoint: str | os.PathLike[str]) -> GateConfig:
-        shopsim = self.shopsim()
+    def gate_config(self, checkpoint: str | os.PathLike[str], shopsim: ShopSimOptions | None = None) -> GateConfig:
+        """`shopsim`: the training's options when already known (validation passes a stand-in)."""
+        shopsim = shopsim or self.shopsim()
         analysis_dir = self.round_dir / "analysis"
         raw = dict(self.gate)
         raw["design"] = {**(raw.get("design") or {}), "seed": self.seeds.gate}
@@ -205,7 +207,7 @@ class RoundConfig(_Strict):
             "skillbank": str(shopsim.skillbank),
             "proposal_ledger": str(analysis_dir / "proposal_ledger.jsonl"),
         }
-        raw["catalog"] = {"seed": shopsim.catalog.seed, "num_products": shopsim.catalog.num_products}
+        raw["catalog"] = shopsim.catalog.model_dump(mode="json")  # seed, size and level: the training's shop
         # The episode defaults follow the training's, so the gate measures the policy as it was trained.
         raw["episode"] = {
             "tool_call_format": shopsim.tool_call_format,
@@ -220,15 +222,21 @@ class RoundConfig(_Strict):
 
 
 def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
-    """Validate the round and derive each stage's config once, so every problem surfaces now."""
+    """Validate the round, derive each stage's config once and check what the stages will read that
+    exists already (skillbank, splits of the round's catalog), so every problem surfaces now, before
+    training: one `ConfigError` with all of them (a typo in one section never hides one in another)."""
     if not isinstance(raw, dict):
         raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
+    problems: list[str] = []
     try:
         config = RoundConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [validation_problem(e, "") for e in exc.errors()]) from None
+        problems = [validation_problem(e, "") for e in exc.errors()]
+        stand_in = _stand_in(raw)
+        if stand_in is None:
+            raise ConfigError(source, problems) from None
+        config = stand_in  # the sections are still checked below; the report is raised at the end
     config._source = source
-    problems: list[str] = []
     if config.schema_version != ROUND_CONFIG_SCHEMA_VERSION:
         problems.append(f"schema_version: {config.schema_version} is not supported (this version reads "
                         f"{ROUND_CONFIG_SCHEMA_VERSION})")  # fmt: skip
@@ -249,16 +257,60 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
         problems.append("train.shopsim.skillbank: required (the gate edits the round's skillbank)")
     if (config.round.start_load is not None) and config.backend != "docker":
         problems.append("round.start_load: only a docker round hands on a slime save (local: start_checkpoint)")
-    for stage, derive in (("analysis", config.analysis_config), ("gate", config.gate_config)):
-        if stage == "gate" and (shopsim is None or not shopsim.skillbank):
-            continue  # its inputs come from a training section that is already reported
-        try:
-            derive(_PLACEHOLDER_CHECKPOINT)
-        except ConfigError as exc:
-            problems.extend(p if p.startswith(f"{stage}.") else f"{stage}.{p}" for p in exc.problems)
+    try:
+        config.analysis_config(_PLACEHOLDER_CHECKPOINT)
+    except ConfigError as exc:
+        problems.extend(p if p.startswith("analysis.") else f"analysis.{p}" for p in exc.problems)
+    gate = None
+    try:  # on a stand-in shop when the training's is invalid (already reported): the gate's own typos still show
+        gate = config.gate_config(_PLACEHOLDER_CHECKPOINT, shopsim if shopsim is not None and shopsim.skillbank
+                                  else ShopSimOptions.model_construct(skillbank=_PLACEHOLDER_SKILLBANK))  # fmt: skip
+    except ConfigError as exc:
+        problems.extend(p if p.startswith("gate.") else f"gate.{p}" for p in exc.problems)
+    if shopsim is not None and shopsim.skillbank and gate is not None:
+        problems.extend(input_problems(shopsim, gate))
     if problems:
         raise ConfigError(source, list(dict.fromkeys(problems)))
     return config
+
+
+def input_problems(shopsim: ShopSimOptions, gate: GateConfig) -> list[str]:
+    """What the later stages would refuse, found from inputs that exist before training: the skillbank
+    the gate edits, and the gate's design against the validation split of the round's catalog (a
+    design the split cannot hold used to surface only after training and the Analyst's trials)."""
+    from shopsimrl.rollout.skillbank import load_skillbank
+    from shopsimrl.shop import generate_catalog, load_split
+
+    problems: list[str] = []
+    try:
+        load_skillbank(shopsim.skillbank)
+    except ConfigError as exc:
+        problems.extend(f"train.shopsim.skillbank: {p}" for p in exc.problems)
+    catalog = generate_catalog(seed=shopsim.catalog.seed, num_products=shopsim.catalog.num_products,
+                               level=shopsim.catalog.level)  # fmt: skip
+    available = len(load_split(catalog, gate.design.split, limit=gate.design.tasks))
+    if available < gate.design.tasks:
+        problems.append(f"gate.design.tasks: {gate.design.tasks}, but the {gate.design.split} split of the round's "
+                        f"catalog (train.shopsim.catalog: seed {shopsim.catalog.seed}, {shopsim.catalog.num_products} "
+                        f"products) has only {available} tasks")  # fmt: skip
+    return problems
+
+
+def _stand_in(raw: dict[str, Any]) -> RoundConfig | None:
+    """The config with a valid stand-in for each invalid top-level section that the stage sections do
+    not need (round:, tracking:, schema_version), so those are still validated; None when a stage
+    section itself is not a mapping (already reported)."""
+    patched = {**raw, "round": {"group": "stand-in-round-000"}, "schema_version": ROUND_CONFIG_SCHEMA_VERSION}
+    patched.pop("tracking", None)
+    try:
+        identity = RoundIdentity.model_validate(raw.get("round"))
+        patched["round"] = identity.model_dump()
+    except ValidationError:
+        pass  # reported by the first validation; the stand-in identity keeps the default paths and seed
+    try:
+        return RoundConfig.model_validate(patched)
+    except ValidationError:
+        return None
 
 
 def load_round_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RoundConfig:

@@ -11,7 +11,9 @@ runs/<group>/round_state.json (`RoundState`): a re-run skips every finished stag
 first unfinished one — the Analyst catches up from its cards, the gate from its evaluations, a slime
 training from its own save directory. An unfinished local training cannot be resumed (the local
 backend keeps no optimizer state), so its directories are moved aside (`*.unfinished-<utc>`, never
-deleted) and the training runs again from the start.
+deleted) and the training runs again from the start. A stage that ends with some of its work failed
+(`StageIncomplete`: analysis errors, too many unscorable gate evaluations) or is stopped by a signal
+(`StageInterrupted`) raises through here before `finish`, so it stays `running` and a re-run retries it.
 """
 
 from __future__ import annotations

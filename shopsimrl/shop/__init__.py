@@ -23,6 +23,7 @@ from shopsimrl.shop.chat_format import (
 )
 from shopsimrl.shop.environment import DEFAULT_MAX_TURNS, ShopEnv
 from shopsimrl.shop.expert import ExpertPolicy
+from shopsimrl.shop.levels import DEFAULT_LEVEL, LEVELS, Level, get_level
 from shopsimrl.shop.observations import PolicyFailureKind
 from shopsimrl.shop.reward import EpisodeOutcome, partial_credit
 from shopsimrl.shop.state import Finish
@@ -36,11 +37,14 @@ __all__ = [
     "CATEGORIES",
     "Catalog",
     "CategorySpec",
+    "DEFAULT_LEVEL",
     "DEFAULT_MAX_TURNS",
     "EpisodeOutcome",
     "ExpertPolicy",
     "Finish",
     "Gold",
+    "LEVELS",
+    "Level",
     "ParseFailure",
     "PolicyFailureKind",
     "Product",
@@ -55,6 +59,7 @@ __all__ = [
     "continuation_after_assistant",
     "format_tool_call",
     "generate_catalog",
+    "get_level",
     "get_task",
     "load_split",
     "parse_product_id",

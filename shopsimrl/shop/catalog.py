@@ -4,6 +4,8 @@ Products are generated in *families* of four: a base product (the future gold of
 near misses that share its title words — one attribute wrong, one lacking the target option value,
 one over the task's price ceiling — so that searching alone does not solve a task. Product ids are
 a seeded permutation of the generation order, so an id says nothing about a product's role.
+A difficulty level (levels.py) may keep fewer near misses per family and have the task state fewer
+constraints; the production level `full` is the generator described here, unchanged.
 
 Storage is columnar numpy (about 20 bytes per product plus the search index), which is what lets a
 100k-product catalog fit in a few MiB; `Product` views are built on demand.
@@ -19,11 +21,13 @@ from functools import cached_property
 import numpy as np
 
 from shopsimrl.shop.categories import CATEGORIES, CategorySpec
+from shopsimrl.shop.levels import DISTRACTOR_ROLES, FULL, Level, get_level
 from shopsimrl.shop.observations import encode_json_string
 from shopsimrl.shop.search_index import SearchIndex, SearchPage, tokenize
 
-FAMILY_SIZE = 4
-NO_VALUE = 255  # attribute/option slot unused by a category
+FAMILY_SIZE = 4  # of the production level; `Catalog.family_size` is the catalog's own
+NO_VALUE = 255  # attribute/option slot unused by a category, or an option the task does not name
+NO_CEILING = -1  # family_ceiling_cents of a level whose tasks state no price ceiling
 PAGE_CACHE_ENTRIES = 20_000  # serialised product pages kept (about 300 bytes each)
 ROW_CACHE_ENTRIES = 50_000  # serialised search rows kept (about 150 bytes each)
 
@@ -81,8 +85,11 @@ def parse_product_id(text: str, num_products: int) -> int | None:
 class Catalog:
     """A generated catalog. Build it with `generate_catalog`; treat it as immutable."""
 
-    def __init__(self, *, seed: int, columns: dict[str, np.ndarray], families: dict[str, np.ndarray]):
+    def __init__(self, *, seed: int, columns: dict[str, np.ndarray], families: dict[str, np.ndarray],
+                 level: Level = FULL):  # fmt: skip
         self.seed = seed
+        self.level = level
+        self.family_size = level.family_size
         self.num_products = int(columns["type_id"].shape[0])
         self.categories: tuple[CategorySpec, ...] = CATEGORIES
         self._types: list[tuple[int, str]] = [
@@ -98,8 +105,9 @@ class Catalog:
         self.role = columns["role"]  # uint8, FamilyRole
         self.family = columns["family"]  # int32
         self.family_base = families["base"]  # int32 [F]: index of the base product
-        self.family_ceiling_cents = families["ceiling_cents"]  # int32 [F]
-        self.family_target_options = families["target_options"]  # uint8 [F, O]
+        self.family_ceiling_cents = families["ceiling_cents"]  # int32 [F]; NO_CEILING: none stated
+        self.family_target_options = families["target_options"]  # uint8 [F, O]; NO_VALUE: not named
+        self.family_named_attributes = families["named_attributes"]  # bool [F, A]: the task names it
         self._index: SearchIndex | None = None
         # Per-item reads from numpy cost ~100 ns each plus an int() conversion; tools read a few
         # fields per call, so the hot columns are mirrored as array.array (same bytes, fast
@@ -349,7 +357,7 @@ class Catalog:
         arrays = [
             self.type_id, self.category_id, self.brand, self.attrs, self.option_masks, self.price_cents,
             self.rating_tenths, self.role, self.family, self.family_base, self.family_ceiling_cents,
-            self.family_target_options,
+            self.family_target_options, self.family_named_attributes,
         ]  # fmt: skip
         mirrors = [self._a_category, self._a_type, self._a_price, self._a_rating, self._a_attrs, self._a_masks,
                    self._a_title]  # fmt: skip
@@ -362,16 +370,46 @@ def _cents_range(spec: CategorySpec) -> tuple[int, int]:
     return int(spec.price_range[0] * 100), int(spec.price_range[1] * 100)
 
 
-def generate_catalog(seed: int = 0, num_products: int = 2000) -> Catalog:
-    """Generate a catalog of `num_products` products (at least one family of 4) from `seed`.
+def _named_dims(rng: np.random.Generator | None, n_dims: np.ndarray, width: int, wanted: int | None
+                ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per family, its dimensions in a seeded order and how many of them (the first ones) the task
+    names. Without a limit (`wanted` None) the order is the identity and no draw is made, which is
+    what keeps the production level's draws exactly as they were."""
+    F = n_dims.shape[0]
+    if wanted is None:
+        return np.broadcast_to(np.arange(width), (F, width)), n_dims
+    keys = rng.random((F, width))
+    keys[np.arange(width)[None, :] >= n_dims[:, None]] = np.inf  # the category's dimensions first
+    return np.argsort(keys, axis=1, kind="stable"), np.minimum(n_dims, wanted)
 
-    Deterministic: the same (seed, num_products) gives the same catalog on every machine, because
-    every draw comes from one `numpy.random.Generator(PCG64(seed))` in a fixed order.
+
+def _to_mask(order: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """[F, D] bool: dimension d is among the first `count` of the family's `order`."""
+    mask = np.zeros(order.shape, dtype=bool)
+    rows = np.repeat(np.arange(order.shape[0]), order.shape[1])
+    mask[rows, order.reshape(-1)] = (np.arange(order.shape[1])[None, :] < count[:, None]).reshape(-1)
+    return mask
+
+
+def generate_catalog(seed: int = 0, num_products: int | None = None, level: str | Level = FULL) -> Catalog:
+    """Generate a catalog of `num_products` products (at least one family) from `seed` at a
+    difficulty `level` (levels.py; default `full`, the production profile). `num_products` defaults
+    to the level's catalog size (2,000 for `full`).
+
+    Deterministic: the same (seed, num_products, level) gives the same catalog on every machine,
+    because every draw comes from one `numpy.random.Generator(PCG64(seed))` in a fixed order (and,
+    for a level that names fewer dimensions, a second generator seeded from (seed, level)).
     """
-    if num_products < FAMILY_SIZE:
-        raise ValueError(f"num_products must be at least {FAMILY_SIZE}, got {num_products}")
+    level = get_level(level)
+    if num_products is None:
+        num_products = level.num_products
+    family_size = level.family_size
+    if num_products < family_size:
+        raise ValueError(f"num_products must be at least {family_size}, got {num_products}")
     rng = np.random.Generator(np.random.PCG64(seed))
-    num_families = -(-num_products // FAMILY_SIZE)
+    # Production draws nothing from this stream; other levels choose their named dimensions here.
+    level_rng = None if level.is_production else np.random.Generator(np.random.PCG64([seed, level.stream]))
+    num_families = -(-num_products // family_size)
     n_cat = len(CATEGORIES)
     a_max = max(len(s.attributes) for s in CATEGORIES)
     o_max = max(len(s.options) for s in CATEGORIES)
@@ -418,19 +456,22 @@ def generate_catalog(seed: int = 0, num_products: int = 2000) -> Catalog:
     # Ceiling: 5-35 % above the base price, rounded up to whole dollars (how people state budgets).
     ceiling = (np.ceil(base_price * (1.05 + 0.30 * rng.random(F)) / 100.0) * 100).astype(np.int64)
 
-    # Near miss 1: one attribute dimension changed to another value.
-    swap_dim = (rng.random(F) * (attr_n > 0).sum(axis=1)).astype(np.int64)
+    # Which dimensions the task names: all of them at the production level.
+    attr_order, attr_named = _named_dims(level_rng, (attr_n > 0).sum(axis=1), a_max, level.attributes)
+    opt_order, opt_named = _named_dims(level_rng, (opt_n > 0).sum(axis=1), o_max, level.options)
+
+    # Near miss 1: one named attribute dimension changed to another value.
+    swap_dim = attr_order[np.arange(F), (rng.random(F) * attr_named).astype(np.int64)]
     swap_n = attr_n[np.arange(F), swap_dim]
     swap_shift = 1 + (rng.random(F) * (swap_n - 1)).astype(np.int64)
     attrs_swap = attrs.copy()
     attrs_swap[np.arange(F), swap_dim] = (attrs[np.arange(F), swap_dim] + swap_shift) % swap_n
     price_swap = (base_price * (0.85 + 0.15 * rng.random(F))).astype(np.int64)
 
-    # Near miss 2: the target value of one option dimension is not offered.
-    n_opt_dims = (opt_n > 0).sum(axis=1)
-    miss_dim = (rng.random(F) * np.maximum(n_opt_dims, 1)).astype(np.int64)
+    # Near miss 2: the target value of one named option dimension is not offered.
+    miss_dim = opt_order[np.arange(F), (rng.random(F) * np.maximum(opt_named, 1)).astype(np.int64)]
     masks_miss = masks.copy()
-    has_opt = n_opt_dims > 0
+    has_opt = opt_named > 0
     rows = np.arange(F)[has_opt]
     masks_miss[rows, miss_dim[has_opt]] &= ~(1 << targets[rows, miss_dim[has_opt]])
     price_miss = np.minimum((base_price * (0.85 + 0.20 * rng.random(F))).astype(np.int64), ceiling)
@@ -440,9 +481,13 @@ def generate_catalog(seed: int = 0, num_products: int = 2000) -> Catalog:
 
     ratings = 25 + (rng.random((FAMILY_SIZE, F)) * 26).astype(np.int64)  # 2.5 .. 5.0 stars
 
+    # The roles this level keeps: base first, then its near misses (all four at production).
+    roles = [FamilyRole.BASE] + [1 + DISTRACTOR_ROLES.index(r) for r in level.distractors]
+
     def stack(*per_role: np.ndarray) -> np.ndarray:
-        # generation order: family-major (f*4 + role); trimmed to num_products below
-        return np.stack(per_role, axis=1).reshape((F * FAMILY_SIZE,) + per_role[0].shape[1:])
+        # generation order: family-major (f*family_size + role slot); trimmed to num_products below
+        kept = [per_role[r] for r in roles]
+        return np.stack(kept, axis=1).reshape((F * family_size,) + per_role[0].shape[1:])
 
     gen = {
         "type_id": stack(type_id, type_id, type_id, type_id),
@@ -460,15 +505,19 @@ def generate_catalog(seed: int = 0, num_products: int = 2000) -> Catalog:
         "option_masks": np.uint16, "price_cents": np.int32, "rating_tenths": np.uint8, "role": np.uint8,
         "family": np.int32,
     }  # fmt: skip
-    order = rng.permutation(F * FAMILY_SIZE)
-    order = order[order < num_products]  # drop the tail of the last family when N % 4 != 0
+    order = rng.permutation(F * family_size)
+    order = order[order < num_products]  # drop the tail of the last family when N % family_size != 0
     # order[new_id] = generation position; the catalog stores products by new id.
     columns = {k: np.ascontiguousarray(v[order]).astype(dtypes[k]) for k, v in gen.items()}
-    position_to_id = np.empty(F * FAMILY_SIZE, dtype=np.int64)
+    position_to_id = np.empty(F * family_size, dtype=np.int64)
     position_to_id[order] = np.arange(num_products)
+    # What each family's task states: unnamed options and a missing ceiling are marked, not drawn
+    # differently, so every level shares the production level's stream of draws.
+    task_targets = np.where(_to_mask(opt_order, opt_named), targets, NO_VALUE)
     families = {
-        "base": position_to_id[np.arange(F) * FAMILY_SIZE].astype(np.int32),
-        "ceiling_cents": ceiling.astype(np.int32),
-        "target_options": targets.astype(np.uint8),
+        "base": position_to_id[np.arange(F) * family_size].astype(np.int32),
+        "ceiling_cents": (ceiling if level.price_ceiling else np.full(F, NO_CEILING)).astype(np.int32),
+        "target_options": task_targets.astype(np.uint8),
+        "named_attributes": _to_mask(attr_order, attr_named),
     }
-    return Catalog(seed=seed, columns=columns, families=families)
+    return Catalog(seed=seed, columns=columns, families=families, level=level)

@@ -18,6 +18,7 @@ from shopsimrl.shop.chat_format import (
 )
 from shopsimrl.shop.environment import DEFAULT_MAX_TURNS, ShopEnv
 from shopsimrl.shop.expert import ExpertPolicy
+from shopsimrl.shop.levels import DEFAULT_LEVEL, LEVELS
 from shopsimrl.shop.tasks import Split, get_task, load_split
 from shopsimrl.shop.tool_calls import ToolCall
 
@@ -28,7 +29,10 @@ def _catalog_options(fn):
     fn = click.option("--catalog-seed", default=0, show_default=True, help="Seed of the generated catalog.")(
         fn
     )
-    fn = click.option("--num-products", default=2000, show_default=True, help="Catalog size.")(fn)
+    fn = click.option("--num-products", type=int, default=None,
+                      help="Catalog size [default: the level's; full: 2000].")(fn)  # fmt: skip
+    fn = click.option("--level", type=click.Choice(list(LEVELS)), default=DEFAULT_LEVEL, show_default=True,
+                      help="Difficulty level of the tasks (docs/environment.md).")(fn)  # fmt: skip
     fn = click.option("--max-turns", default=DEFAULT_MAX_TURNS, show_default=True, help="Turn limit.")(fn)
     return fn
 
@@ -68,7 +72,7 @@ def _read_action(line: str) -> ToolCall | str:
               show_default=True, help="Tool-call syntax of the rendered prompt.")  # fmt: skip
 @click.option("--show-gold", is_flag=True, help="Print the privileged gold audit at the end.")
 @_catalog_options
-def play(task_id, split, index, seed, fmt, show_gold, catalog_seed, num_products, max_turns) -> None:
+def play(task_id, split, index, seed, fmt, show_gold, catalog_seed, num_products, level, max_turns) -> None:
     """Play one task in the terminal and see exactly what the agent sees.
 
     Type one tool call per line, either as JSON or as the model would write it:
@@ -79,9 +83,9 @@ def play(task_id, split, index, seed, fmt, show_gold, catalog_seed, num_products
 
     End with checkout, the turn limit, or end of input (Ctrl-D).
 
-    Example: shopsimrl shop play --split validation --index 2
+    Example: shopsimrl shop play --split validation --index 2 --level easy
     """
-    catalog = generate_catalog(seed=catalog_seed, num_products=num_products)
+    catalog = generate_catalog(seed=catalog_seed, num_products=num_products, level=level)
     try:
         if task_id is not None:
             task = get_task(catalog, task_id)
@@ -131,10 +135,10 @@ def play(task_id, split, index, seed, fmt, show_gold, catalog_seed, num_products
         click.echo(json.dumps(env.gold_audit(), indent=2))
 
 
-def run_expert(*, num_tasks: int, split: str, noise: float, seed: int, catalog_seed: int, num_products: int,
-               max_turns: int) -> dict:  # fmt: skip
+def run_expert(*, num_tasks: int, split: str, noise: float, seed: int, catalog_seed: int, num_products: int | None,
+               max_turns: int, level: str = DEFAULT_LEVEL) -> dict:  # fmt: skip
     """Run the expert on the first `num_tasks` tasks of a split; summary statistics."""
-    catalog = generate_catalog(seed=catalog_seed, num_products=num_products)
+    catalog = generate_catalog(seed=catalog_seed, num_products=num_products, level=level)
     tasks = load_split(catalog, split, limit=num_tasks)
     env = ShopEnv(catalog, max_turns=max_turns)
     rewards, strict, successes, turns, failures = [], [], [], [], 0
@@ -177,7 +181,7 @@ def run_expert(*, num_tasks: int, split: str, noise: float, seed: int, catalog_s
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
 @_catalog_options
-def expert(num_tasks, split, noise, seed, as_json, catalog_seed, num_products, max_turns) -> None:
+def expert(num_tasks, split, noise, seed, as_json, catalog_seed, num_products, level, max_turns) -> None:
     """Run the scripted expert and print success and reward statistics.
 
     Example: shopsimrl shop expert --tasks 50 --split validation --noise 0.2
@@ -186,7 +190,7 @@ def expert(num_tasks, split, noise, seed, as_json, catalog_seed, num_products, m
         raise click.ClickException(f"--tasks must be at least 1, got {num_tasks}")
     try:
         stats = run_expert(num_tasks=num_tasks, split=split, noise=noise, seed=seed, catalog_seed=catalog_seed,
-                           num_products=num_products, max_turns=max_turns)  # fmt: skip
+                           num_products=num_products, max_turns=max_turns, level=level)  # fmt: skip
     except ValueError as e:
         raise click.ClickException(str(e)) from e
     if as_json:

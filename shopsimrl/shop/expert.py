@@ -61,6 +61,8 @@ class ExpertPolicy:
 
         query = self.query(env)
         ceiling = gold.price_ceiling
+        # A task without a ceiling (an easier difficulty level) is searched without max_price.
+        search = {"keywords": query} if ceiling is None else {"keywords": query, "max_price": ceiling}
         last = state.last_search
         if (
             last is not None
@@ -72,17 +74,19 @@ class ExpertPolicy:
                 if product_id(index) in gold_ids:
                     return ToolCall("view_product", {"product_id": product_id(index)})
             if last.page < last.pages:
-                return ToolCall("search", {"keywords": query, "max_price": ceiling, "page": last.page + 1})
+                return ToolCall("search", {**search, "page": last.page + 1})
             # Defensive: by construction the base product matches every query word and the
             # ceiling, so it is on some page; fall back to opening it directly.
             return ToolCall("view_product", {"product_id": gold.family_product_ids["base"]})
-        return ToolCall("search", {"keywords": query, "max_price": ceiling})
+        return ToolCall("search", search)
 
     def _noisy_action(self, env: ShopEnv) -> ToolCall:
         rng = self._rng
         state, catalog = env.state, env.catalog
         family = env.task.gold.family_product_ids
-        distractor = rng.choice(sorted(v for k, v in family.items() if k != "base"))
+        near_misses = sorted(v for k, v in family.items() if k != "base")
+        # Every production family has near misses; a level may keep none (or trim the last family).
+        distractor = rng.choice(near_misses) if near_misses else family["base"]
         choice = rng.randrange(7)
         if choice == 0:
             return ToolCall("browse_aisles", {})  # unknown tool

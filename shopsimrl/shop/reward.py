@@ -3,6 +3,8 @@
 For one purchased line:
     r = r_type * (matched attributes + matched options + 1[price <= ceiling]) / (|attributes| + |options| + 1)
 with r_type = 1 for the asked product type, 0.5 for another type of the same category, 0.1 otherwise.
+A task without a price ceiling (a difficulty level that states none) has no price term:
+    r = r_type * (matched attributes + matched options) / (|attributes| + |options|).
 An episode's reward is the mean over purchased lines (0 without a purchase); strict_reward is 1 only
 for exactly one line with r = 1; success is strict_reward == 1.
 """
@@ -60,8 +62,11 @@ class EpisodeOutcome:
 
 
 def partial_credit(r_type: float, matched_attributes: int, matched_options: int, price_ok: bool,
-                   n_attributes: int, n_options: int) -> float:  # fmt: skip
-    """The WebShop-style formula itself, on counts (what the hand-computed tests check)."""
+                   n_attributes: int, n_options: int, *, has_ceiling: bool = True) -> float:  # fmt: skip
+    """The WebShop-style formula itself, on counts (what the hand-computed tests check).
+    Without a ceiling the price is no constraint, so it earns no free credit either."""
+    if not has_ceiling:
+        return r_type * (matched_attributes + matched_options) / (n_attributes + n_options)
     return r_type * (matched_attributes + matched_options + int(price_ok)) / (n_attributes + n_options + 1)
 
 
@@ -93,11 +98,13 @@ def score_line(catalog: Catalog, task: Task, line: CartLine) -> LineScore:
         else:
             failed.append(f"option {name}: wanted {wanted!r}, got {got!r}")
     price = catalog.price(index)
-    price_ok = price <= gold.price_ceiling
+    has_ceiling = gold.price_ceiling is not None
+    price_ok = not has_ceiling or price <= gold.price_ceiling
     if not price_ok:
         failed.append(f"price: {price:.2f} is over the ceiling {gold.price_ceiling:.2f}")
     n_attr, n_opt = len(gold.attributes), len(gold.options)
-    reward = partial_credit(r_type, attributes_matched, options_matched, price_ok, n_attr, n_opt)
+    reward = partial_credit(r_type, attributes_matched, options_matched, price_ok, n_attr, n_opt,
+                            has_ceiling=has_ceiling)  # fmt: skip
     return LineScore(product_id(index), r_type, attributes_matched, n_attr, options_matched, n_opt, price_ok,
                      reward, tuple(failed))  # fmt: skip
 

@@ -1,11 +1,14 @@
 """Tasks with hidden gold, in fixed train / validation / test splits.
 
 A task is built from one catalog family: the instruction asks for the base product's type, its
-attributes and target option values, under the family's price ceiling. The gold (privileged) also
-lists every product that satisfies all constraints, since another family can match by chance.
+attributes and target option values, under the family's price ceiling (at a difficulty level other
+than `full`, only the attributes and options the family names, and a ceiling only if the level has
+one: levels.py). The gold (privileged) also lists every product that satisfies all constraints,
+since another family can match by chance.
 
 Splits are a pure function of the catalog: families are shuffled with a generator seeded from the
-catalog seed and cut into test, validation and train, so task ids never overlap across splits.
+catalog seed (and, off production, its level) and cut into test, validation and train, so task ids
+never overlap across splits.
 Validation tasks feed the gate and must never reach the Failure Analyst: every task carries its
 split, and `Task.split` is what downstream code checks.
 """
@@ -18,8 +21,9 @@ from functools import lru_cache
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from shopsimrl.shop.catalog import FAMILY_SIZE, NO_VALUE, Catalog, product_id
+from shopsimrl.shop.catalog import NO_CEILING, NO_VALUE, Catalog, FamilyRole, product_id
 from shopsimrl.shop.categories import CATEGORIES
+from shopsimrl.shop.levels import FULL
 
 SPLIT_SALT = 0x5EED_5917  # separates the split shuffle's random stream from catalog generation
 MAX_HELD_OUT = 200  # tasks per held-out split (validation, test) at most
@@ -39,14 +43,14 @@ class Gold(BaseModel):
     product_type: str
     attributes: dict[str, str]
     options: dict[str, str]
-    price_ceiling: float
+    price_ceiling: float | None  # None: the level states no ceiling (never at production)
     gold_product_ids: list[str]
     family_product_ids: dict[str, str]  # role -> product id (base, attribute_swap, ...)
 
 
 class Task(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    task_id: str  # "<split>-<catalog seed>-<number>", e.g. "train-0-00012"
+    task_id: str  # "[<level>-]<split>-<catalog seed>-<number>": "train-0-00012", "easy-train-0-00012"
     split: Split
     instruction: str
     gold: Gold
@@ -61,6 +65,12 @@ _TEMPLATES = (
     "Find me {attrs} {ptype}{options}. My budget is ${ceiling} at most.",
     "Please buy {attrs} {ptype}{options} that costs no more than ${ceiling}.",
     "I need {attrs} {ptype}{options}, and it must be under ${ceiling}.",
+)
+_TEMPLATES_WITHOUT_CEILING = (  # same openings, for levels without a price ceiling
+    "I'm looking for {attrs} {ptype}{options}.",
+    "Find me {attrs} {ptype}{options}.",
+    "Please buy {attrs} {ptype}{options}.",
+    "I need {attrs} {ptype}{options}.",
 )
 
 
@@ -78,15 +88,17 @@ def split_sizes(num_families: int) -> dict[Split, int]:
 
 
 def _complete_families(catalog: Catalog) -> np.ndarray:
-    # The last family is cut short when num_products % 4 != 0; it has missing near misses.
-    complete = catalog.num_products // FAMILY_SIZE
+    # The last family is cut short when num_products % family_size != 0; it has missing near misses.
+    complete = catalog.num_products // catalog.family_size
     return np.arange(complete)
 
 
 @lru_cache(maxsize=8)
 def _split_families(catalog: Catalog) -> dict[Split, np.ndarray]:
     families = _complete_families(catalog)
-    rng = np.random.Generator(np.random.PCG64([catalog.seed, SPLIT_SALT]))
+    level = catalog.level
+    entropy = [catalog.seed, SPLIT_SALT] if level.is_production else [catalog.seed, SPLIT_SALT, level.stream]
+    rng = np.random.Generator(np.random.PCG64(entropy))
     shuffled = rng.permutation(families)
     sizes = split_sizes(int(families.shape[0]))
     test = shuffled[: sizes[Split.TEST]]
@@ -99,8 +111,10 @@ def _gold_products(catalog: Catalog, family: int) -> list[int]:
     """Every product that satisfies the family's task: type, attributes, offered options, price."""
     base = int(catalog.family_base[family])
     ok = catalog.type_id == catalog.type_id[base]
-    ok &= np.all(catalog.attrs == catalog.attrs[base], axis=1)
-    ok &= catalog.price_cents <= catalog.family_ceiling_cents[family]
+    named = catalog.family_named_attributes[family]
+    ok &= np.all(catalog.attrs[:, named] == catalog.attrs[base, named], axis=1)
+    if catalog.family_ceiling_cents[family] != NO_CEILING:
+        ok &= catalog.price_cents <= catalog.family_ceiling_cents[family]
     for d, target in enumerate(catalog.family_target_options[family]):
         if target != NO_VALUE:
             ok &= (catalog.option_masks[:, d] >> int(target)) & 1 == 1
@@ -109,27 +123,30 @@ def _gold_products(catalog: Catalog, family: int) -> list[int]:
 
 def _family_members(catalog: Catalog, family: int) -> dict[str, str]:
     members = np.flatnonzero(catalog.family == family)
-    names = ("base", "attribute_swap", "option_missing", "over_budget")
-    return {names[int(catalog.role[i])]: product_id(int(i)) for i in members}
+    return {FamilyRole.NAMES[int(catalog.role[i])]: product_id(int(i)) for i in members}
 
 
 def make_task(catalog: Catalog, split: Split, number: int, family: int) -> Task:
     base = int(catalog.family_base[family])
     spec = CATEGORIES[int(catalog.category_id[base])]
-    attributes = catalog.attributes_of(base)
+    named = catalog.family_named_attributes[family]
+    attributes = {k: v for d, (k, v) in enumerate(catalog.attributes_of(base).items()) if named[d]}
+    targets = catalog.family_target_options[family]
     options = {
-        name: values[int(catalog.family_target_options[family, d])]
+        name: values[int(targets[d])]
         for d, (name, values) in enumerate(spec.options)
+        if targets[d] != NO_VALUE
     }
-    ceiling = int(catalog.family_ceiling_cents[family]) / 100.0
+    cents = int(catalog.family_ceiling_cents[family])
+    ceiling = None if cents == NO_CEILING else cents / 100.0
     ptype = catalog.type_name(int(catalog.type_id[base]))
     # The phrasing is chosen from the family number so that it is stable under re-generation.
-    template = _TEMPLATES[family % len(_TEMPLATES)]
-    instruction = template.format(
+    templates = _TEMPLATES if ceiling is not None else _TEMPLATES_WITHOUT_CEILING
+    instruction = templates[family % len(templates)].format(
         attrs=" ".join(attributes.values()),
         ptype=ptype,
         options=_options_phrase(options),
-        ceiling=f"{ceiling:.2f}",
+        ceiling=f"{ceiling:.2f}" if ceiling is not None else "",
     )
     gold = Gold(
         category=spec.name,
@@ -141,7 +158,10 @@ def make_task(catalog: Catalog, split: Split, number: int, family: int) -> Task:
         family_product_ids=_family_members(catalog, family),
     )
     return Task(
-        task_id=f"{split.value}-{catalog.seed}-{number:05d}", split=split, instruction=instruction, gold=gold
+        task_id=f"{catalog.level.task_id_prefix}{split.value}-{catalog.seed}-{number:05d}",
+        split=split,
+        instruction=instruction,
+        gold=gold,
     )
 
 
@@ -158,11 +178,15 @@ def load_split(catalog: Catalog, split: Split | str, limit: int | None = None) -
 
 
 def get_task(catalog: Catalog, task_id: str) -> Task:
-    """Look a task up by id, e.g. "validation-0-00003"."""
+    """Look a task up by id, e.g. "validation-0-00003" (production) or "easy-validation-0-00003"."""
     parts = task_id.split("-")
+    # Production ids have three parts; other levels' ids start with the level's name.
+    id_level = parts.pop(0) if len(parts) == 4 and parts[0] != FULL.name else FULL.name
     problem = None
     if len(parts) != 3 or not parts[2].isdigit():
-        problem = "expected <split>-<catalog seed>-<number>"
+        problem = f"expected {catalog.level.task_id_prefix}<split>-<catalog seed>-<number>"
+    elif id_level != catalog.level.name:
+        problem = f"the task belongs to level {id_level!r}, this catalog has level {catalog.level.name!r}"
     elif parts[0] not in {s.value for s in Split}:
         problem = f"unknown split {parts[0]!r}"
     elif parts[1] != str(catalog.seed):

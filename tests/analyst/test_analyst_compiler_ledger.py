@@ -10,7 +10,7 @@ from shopsimrl.analyst.cards import CardStatus, FailureCard, Lesson
 from shopsimrl.analyst.compiler import cluster_lessons, compile_candidates, target_chunk
 from shopsimrl.analyst.config import CompilerSettings
 from shopsimrl.analyst.failure_modes import FailureMode
-from shopsimrl.analyst.firewall import Firewall
+from shopsimrl.analyst.firewall import Firewall, value_digest
 from shopsimrl.analyst.ledger import LedgerHistory, append_entries, ledger_path, read_ledger
 from shopsimrl.analyst.lessons import RULE_LESSONS
 from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent, Operation, apply_interventions
@@ -105,7 +105,9 @@ def test_leaky_lessons_are_firewalled_and_leaky_chunks_get_a_remove():
     [item] = result.pool.interventions
     assert (item.operation, item.logical_chunk_id, item.text) == (Operation.REMOVE, "seed-hint", None)
     rejected = [e for e in result.entries if e.event is LedgerEvent.FIREWALL_REJECTED]
-    assert [e.reason for e in rejected] == ["product id 'P000123'"]
+    # The reason names the kind and a hash of the id, never the id itself.
+    assert [e.reason for e in rejected] == [f"product id of any product [sha256:{value_digest('P000123')}]"]
+    assert [e.details["leak_kinds"] for e in rejected] == [["product id"]]
 
 
 def test_max_candidates_and_min_evidence():

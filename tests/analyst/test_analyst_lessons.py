@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterator
@@ -154,6 +155,23 @@ def test_the_prompt_carries_no_gold_and_masks_product_ids():
     for pid in gold["gold_product_ids"]:
         assert pid not in prompt
     assert f"{gold['price_ceiling']:.2f}" in CARDS[0].audit["instruction"]  # the instruction the agent saw
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("Buy the grey hoodie under $42.00", "no JSON object in the answer"),
+        ('{"lesson": Buy the grey hoodie}', "answer is not valid JSON (Expecting value)"),
+        ('{"text": "Buy the grey hoodie"}', 'answer has no non-empty "lesson" string'),
+    ],
+)
+def test_an_unparseable_answer_is_described_by_length_and_hash_never_quoted(answer, reason):
+    # Before: the first 80 characters of the answer were quoted, and the reason went into
+    # failure_cards.jsonl and analysis_summary.json (the W&B artifact) with whatever gold it held.
+    digest = hashlib.sha256(answer.encode()).hexdigest()[:12]
+    with pytest.raises(ValueError) as excinfo:
+        parse_lesson(answer)
+    assert str(excinfo.value) == f"{reason} ({len(answer)} characters, sha256:{digest})"
 
 
 def test_parse_lesson_rules():

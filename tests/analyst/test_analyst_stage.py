@@ -29,6 +29,7 @@ from shopsimrl.analyst.commands import upload_notice
 from shopsimrl.analyst.config import LlmSettings, load_analysis_config
 from shopsimrl.analyst.lessons import LlmBackend
 from shopsimrl.analyst.stage import artifact_files, run_analysis
+from shopsimrl.errors import StageIncomplete
 from shopsimrl.local.config import run_config_from_mapping
 from shopsimrl.local.run import run_training
 from shopsimrl.metrics import names as m
@@ -128,12 +129,15 @@ def test_a_policy_that_succeeds_with_the_lessons_gives_a_pool_the_gate_can_apply
     assert [f.name for f in result.artifact_files] == FOUR
     assert (config.analysis_dir / "metrics.jsonl").is_file()  # the StageLogger's local copy, W&B off
 
-    # A second run re-uses the trials, and the ledger refuses nothing (the gate has not spoken yet).
+    # A second run re-uses the trials, the ledger refuses nothing (the gate has not spoken yet), and it
+    # appends nothing: the same (event, proposal, evidence) is one entry however often it is compiled.
+    ledger = (config.analysis_dir / "proposal_ledger.jsonl").read_bytes()
     again = run_analysis(config, settings=WandbSettings(enabled=False), echo=lambda _: None,
                          policy=(tokenizer, ExpertPolicyGenerator(cat, [], tokenizer)))  # fmt: skip
-    assert again.metrics[SIX[3]] == 2 and again.metrics[SIX[4]] == 4
+    assert again.metrics[SIX[3]] == 2 and again.metrics[SIX[4]] == 2
+    assert (config.analysis_dir / "proposal_ledger.jsonl").read_bytes() == ledger
     events = [line["event"] for line in read_lines(config.analysis_dir / "proposal_ledger.jsonl")]
-    assert events == [LedgerEvent.PROPOSED.value] * 4
+    assert events == [LedgerEvent.PROPOSED.value] * 2
 
 
 def test_lesson_backend_failures_are_counted_as_analysis_errors(hand_built_round):
@@ -143,7 +147,11 @@ def test_lesson_backend_failures_are_counted_as_analysis_errors(hand_built_round
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     llm = LlmBackend(LlmSettings(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=5))
-    result = run_analysis(config, settings=WandbSettings(enabled=False), echo=lambda _: None, lesson_backend=llm)
+    with pytest.raises(StageIncomplete) as excinfo:
+        run_analysis(config, settings=WandbSettings(enabled=False), echo=lambda _: None, lesson_backend=llm)
+    assert str(excinfo.value).startswith("analysis incomplete: 3 of 3 card(s) without a lesson, 0 without a trial "
+                                         f"(first, card-0-0: connection error to http://127.0.0.1:{port}/v1")  # fmt: skip
+    result = excinfo.value.result
     assert result.metrics[SIX[1]] == 0 and result.metrics[SIX[3]] == 0
     errors = result.summary["analysis_errors"]
     assert sorted(errors) == ["card-0-0", "card-0-1", "card-0-2"]

@@ -141,8 +141,8 @@ def test_episodes_agree_with_the_hand_built_traces(tmp_path: Path) -> None:
             e["invalid_calls"], e["ending"], e["failure_mode"], e["scorable"], e["success"]) for e in episodes]  # fmt: skip
     assert got == [
         ("0", "assisted", "2", "4", "50", "add_to_cart:1;checkout:1;search:1;view:1", "0", "checkout", "success", "1", "1"),
-        ("1", "assisted", "1", "3", "12", "checkout:1", "3", "turn_limit", "turn_limit", "1", "0"),
-        ("2", "skill_free", "1", "2", "64", "search:1", "0", "length", "length", "1", "0"),
+        ("1", "assisted", "1", "3", "12", "checkout:1", "3", "turn_limit", "invalid_tool_use", "1", "0"),
+        ("2", "skill_free", "1", "2", "64", "search:1", "0", "length", "truncated_turn", "1", "0"),
         ("3", "skill_free", "1", "0", "0", "", "0", "technical", "technical", "0", ""),
         ("4", "assisted_empty", "1", "2", "15", "checkout:1;search:1", "0", "checkout", "wrong_option", "1", "0"),
         ("5", "assisted_empty", "1", "1", "9", "checkout:1", "0", "checkout", "over_budget", "1", "0"),
@@ -222,19 +222,27 @@ def test_several_rounds_side_by_side_and_bad_input(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("purchased", "expected"),
     [
-        ([_line(product_type="kettlebell")], FailureMode.WRONG_TYPE),
+        ([_line(product_type="kettlebell")], FailureMode.WRONG_PRODUCT_TYPE),
         ([_line(price=100.5)], FailureMode.OVER_BUDGET),
-        ([_line(attributes={"material": "iron"})], FailureMode.WRONG_ATTRIBUTE),
-        ([_line(selected_options={})], FailureMode.WRONG_OPTION),
+        ([_line(attributes={"material": "iron"})], FailureMode.ATTRIBUTE_MISMATCH),
+        ([_line(selected_options={})], FailureMode.OPTION_NOT_SELECTED),
+        ([_line(selected_options={"colour": "red"})], FailureMode.WRONG_OPTION),
         ([_line(), _line()], FailureMode.MULTIPLE_ITEMS),
-        ([], FailureMode.NO_PURCHASE),
-        ([_line()], FailureMode.OTHER),
+        ([], FailureMode.TURN_LIMIT),  # checked out with nothing bought, and no tool ever failed
+        ([_line()], FailureMode.WRONG_PRODUCT_TYPE),  # every constraint holds on a product that is not gold
     ],
 )
-def test_failure_mode_is_the_first_failing_check(
+def test_the_behaviour_analysis_and_the_analyst_share_one_classifier(
     purchased: list[dict[str, Any]], expected: FailureMode
 ) -> None:
-    assert classify_failure(Ending.CHECKOUT, False, _audit("checkout", purchased)) is expected
+    from shopsimrl.analyst.failure_modes import classify_trajectory
+
+    audit = _audit("checkout", purchased)
+    messages = [*HEAD, _call("checkout"), _ok()]
+    assert classify_failure(Ending.CHECKOUT, False, audit, messages) == expected.value
+    assert classify_trajectory(audit, messages).mode is expected  # the Failure Analyst's cards say the same
+    assert classify_failure(Ending.CHECKOUT, True, audit, messages) == "success"
+    assert classify_failure(Ending.TECHNICAL, None, None, None) == "technical"
 
 
 def test_memory_of_the_tally_does_not_grow_with_episodes(tmp_path: Path) -> None:

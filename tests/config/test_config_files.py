@@ -106,3 +106,37 @@ def test_a_set_value_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "Error: invalid configuration in --set shopsim.catalog={seed: 1, seed: 2} (1 problem(s)):" in result.output
     assert "line 1: key 'seed' is given twice (first at line 1)" in result.output
+
+
+def test_a_config_problem_is_one_line_without_pydantics_prefix_or_url(tmp_path: Path) -> None:
+    from shopsimrl.evaluation.config import load_eval_config
+
+    path = tmp_path / "eval.yaml"
+    path.write_text("schema_version: 1\ncheckpoint: demo\nname: a/b\ntasks: 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as excinfo:
+        load_eval_config(path)
+    assert sorted(excinfo.value.problems) == [
+        "name: 'a/b': letters, digits, '.', '_' and '-' only (it names a directory)",
+        "tasks: Input should be greater than or equal to 1",
+    ]
+    assert "errors.pydantic.dev" not in str(excinfo.value)
+
+
+def test_an_invalid_candidate_pool_is_one_line_per_problem_not_pydantics_text(tmp_path: Path) -> None:
+    from shopsimrl.gate.config import GateConfig
+    from shopsimrl.gate.stage import run_gate
+
+    pool = tmp_path / "candidate_pool.json"
+    pool.write_text(json.dumps({"round": "round-000", "interventions": [], "surprise": 1}), encoding="utf-8")
+    config = GateConfig.model_validate({
+        "round": "round-000", "runs_root": str(tmp_path / "runs"),
+        "inputs": {"checkpoint": str(tmp_path), "candidate_pool": str(pool),
+                   "skillbank": str(REPO / "configs" / "skillbank.example.json")}})  # fmt: skip
+    with pytest.raises(ConfigError) as excinfo:
+        run_gate(config, echo=lambda _: None)
+    pool_problems = [p for p in excinfo.value.problems if p.startswith("inputs.candidate_pool")]
+    assert pool_problems == [
+        f"inputs.candidate_pool: {pool} is not a valid candidate pool: skillbank_sha256: Field required",
+        f"inputs.candidate_pool: {pool} is not a valid candidate pool: surprise: Extra inputs are not permitted",
+    ]
+    assert all("\n" not in p and "errors.pydantic.dev" not in p for p in excinfo.value.problems)

@@ -144,6 +144,7 @@ def test_cli_evaluates_and_compares_two_checkpoints_on_the_same_episodes(eval_co
     other = subprocess.run([*cli, "--name", "other", "--seeds", "1", "--compare", str(before_dir)],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert other.returncode == 1 and "plan.seeds: 2 vs 1" in other.stderr
+    assert not (tmp_path / "runs" / "round-000" / "eval" / "other").exists()  # refused before any episode
     # A damaged baseline is one clear error line, not a traceback.
     (before_dir / "eval_report.json").write_text("{broken", encoding="utf-8")
     damaged = subprocess.run([*cli, "--name", "after", "--compare", str(before_dir)],
@@ -156,3 +157,45 @@ def test_eval_help_names_the_outputs():
     result = subprocess.run([sys.executable, "-m", "shopsimrl.cli", "eval", "--help"], cwd=REPO,
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0 and "eval_report.json" in result.stdout and "--compare" in result.stdout
+
+
+def test_unscorable_episodes_beyond_the_threshold_leave_no_report_until_a_rerun_scores_them(eval_config,
+                                                                                           tiny_checkpoints):
+    sys.path.insert(0, str(REPO / "tests" / "rollout"))
+    from sglang_fake_server import fake_sglang, ok_reply
+
+    from shopsimrl.errors import StageIncomplete
+
+    fail = lambda request: (500, {"error": "engine overloaded"})  # noqa: E731
+    generator = {"backend": "sglang", "concurrency": 1, "max_attempts": 1, "abort_after_consecutive_failures": 5}
+    checkpoint = tiny_checkpoints / "rollout-0000"
+    with fake_sglang([fail] * 2 + [ok_reply([258], [-0.5])]) as server:
+        config = load_eval_config(eval_config(checkpoint=str(checkpoint), generator={**generator, "url": server.url}))
+        with pytest.raises(StageIncomplete) as excinfo:
+            run_eval(config, echo=_quiet)
+    assert str(excinfo.value).startswith("eval incomplete: 2 of 6 episodes unscorable, more than "
+                                         "generator.max_unscorable_fraction 0.10 (first: {'kind': 'model_service'")
+    assert str(excinfo.value).endswith("; no report written")
+    assert not (config.eval_dir / "eval_report.json").exists()
+    with fake_sglang([ok_reply([258], [-0.5])]) as server:
+        config = load_eval_config(eval_config(checkpoint=str(checkpoint), generator={**generator, "url": server.url}))
+        result = run_eval(config, echo=_quiet)
+    assert result.report["episodes"]["unscorable"] == 0
+
+
+def test_an_evaluation_of_a_round_on_another_catalog_is_refused_before_any_episode(eval_config, tmp_path):
+    """Issue 25: one source of the held-out set. The round's run directory records the shop it trained
+    on; an eval in that group with another catalog (size or level) would score other held-out tasks."""
+    round_dir = tmp_path / "runs" / "round-000"
+    round_dir.mkdir(parents=True)
+    record = round_dir / "train_config.yaml"
+    record.write_text("shopsim:\n  catalog: {seed: 0, num_products: 1000, level: medium}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as excinfo:
+        run_eval(load_eval_config(eval_config(catalog={"num_products": 200})), echo=_quiet)
+    assert excinfo.value.problems == [
+        f"catalog: not the catalog round round-000 trained on ({record}): level 'full' vs 'medium', num_products "
+        "200 vs 1000; its held-out tasks would differ from the ones the Analyst's firewall protected"]  # fmt: skip
+    assert not (round_dir / "eval").exists()
+    record.write_text("shopsim:\n  catalog: {seed: 0, num_products: 200, level: full}\n", encoding="utf-8")
+    assert run_eval(load_eval_config(eval_config(catalog={"num_products": 200}), {"tasks": 1, "seeds": 1}),
+                    echo=_quiet).report["episodes"]["final"] == 1  # fmt: skip

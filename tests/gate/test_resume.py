@@ -81,11 +81,20 @@ def test_sigterm_stops_the_gate_and_logs_only_coverage_and_complete_zero(gate_fi
                 break
             time.sleep(0.01)
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
+        _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 128 + signal.SIGTERM
+    # One line: where it stopped, the coverage, how to resume; no "Task exception was never retrieved".
+    lines = [text for text in stderr.splitlines() if text.strip() and not text.startswith("Loading weights")]
+    assert len(lines) == 1, stderr  # (transformers' progress bar of the model load aside)
+    [line] = lines
+    final = len([r for r in read_jsonl(gate_dir / "evaluations.jsonl").records if r["status"] != "technical_failure"])
+    assert line == (f"gate stopped by SIGTERM: {final}/{PLANNED} evaluations final (coverage {final / PLANNED:.2f}) in "
+                    f"{gate_dir / 'evaluations.jsonl'}; resume: python {ROOT / 'scripts' / 'run_shopsimrl.py'} "
+                    f"{GROUP} online-gate {config} --set runs_root={tmp_path / 'term'} --set design.tasks=10 "
+                    "--no-wandb --no-progress")  # fmt: skip
     metrics = read_jsonl(gate_dir / "metrics.jsonl").records
     assert len(metrics) == 1
     logged = {k: v for k, v in metrics[0].items() if not k.startswith("_")}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StageIncomplete
 from shopsimrl.evaluation.runner import RunnerAborted
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.gate.design import Design
@@ -208,3 +208,49 @@ def test_a_corrupt_training_checkpoint_is_refused_naming_the_path(gate_files, tm
     [problem] = error.value.problems
     assert problem.startswith(f"inputs.checkpoint: {info.path}: content hash ")
     assert problem.endswith(f"does not match the recorded {info.sha256[:12]}")
+
+
+def test_unscorable_evaluations_beyond_the_threshold_leave_the_gate_undecided_until_a_rerun_scores_them(
+        gate_files, tiny_checkpoint):  # fmt: skip
+    fail = lambda request: (500, {"error": "engine overloaded"})  # noqa: E731
+    generator = {"backend": "sglang", "concurrency": 1, "max_attempts": 1, "abort_after_consecutive_failures": 5}
+    with fake_sglang([fail] * 4 + [ok_reply([IM_END_ID], [-0.5])]) as server:
+        config = load_gate_config(gate_files(), {"generator": {**generator, "url": server.url}})
+        with pytest.raises(StageIncomplete) as excinfo:
+            run_gate(config, echo=_quiet)
+    assert str(excinfo.value) == (
+        "gate incomplete: 4 of 12 evaluations unscorable, more than generator.max_unscorable_fraction 0.10 (first: "
+        "{'kind': 'model_service', 'message': " + repr(read_jsonl(config.gate_dir / "evaluations.jsonl").records[0]
+                                                       ["technical_error"]["message"]) + "}); no decision written")
+    assert not (config.gate_dir / "contributions.json").exists()
+
+    lines: list[str] = []
+    with fake_sglang([ok_reply([IM_END_ID], [-0.5])]) as server:  # the service is back: the same gate retries them
+        config = load_gate_config(gate_files(), {"generator": {**generator, "url": server.url}})
+        result = run_gate(config, echo=lines.append)
+    assert "gate: 4 unscorable evaluations run again (more than generator.max_unscorable_fraction 0.10)" in lines
+    assert "8 already final, 4 to run" in lines[1]
+    assert len(read_jsonl(config.gate_dir / "evaluations.jsonl").records) == 12 + 4
+    assert result.complete and result.document["summary"]["unscorable"] == 0
+
+
+def test_a_pool_that_carries_held_out_text_is_refused_before_any_episode(gate_files, tmp_path):
+    # Defence in depth (issue 25): the gate checks the pool it receives with the firewall; the
+    # problem names the intervention and the kind of leak, never the leaked text.
+    from shopsimrl.shop import generate_catalog, load_split
+
+    path = gate_files()
+    config = load_gate_config(path)
+    catalog = generate_catalog(seed=config.catalog.seed, num_products=config.catalog.num_products,
+                               level=config.catalog.level)  # fmt: skip
+    held_out = load_split(catalog, "validation")[0]
+    pool = tmp_path / "candidate_pool.json"
+    raw = json.loads(pool.read_text())
+    raw["interventions"][0]["text"] = f"For example: {held_out.instruction}"
+    pool.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as refused:
+        run_gate(load_gate_config(path), echo=_quiet)
+    [problem] = refused.value.problems
+    assert problem.startswith("inputs.candidate_pool: intervention int-add-compare carries privileged facts: ")
+    assert held_out.gold.product_type not in problem
+    assert not (config.gate_dir / "evaluations.jsonl").exists()

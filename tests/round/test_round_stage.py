@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from round_helpers import ROOT, SKILLBANK, tiny_round, write_round
 
 from shopsimrl.errors import ConfigError
@@ -181,16 +182,83 @@ def test_every_problem_of_a_round_config_is_reported_at_once(tmp_path):
     raw["gate"]["inputs"] = {}
     raw["analysis"]["trial"]["attempts"] = 0
     raw["gate"]["design"]["tasks"] = 0
-    with pytest.raises(ConfigError) as excinfo:
-        round_config_from_mapping(raw, "round.yaml")
-    assert excinfo.value.problems == ["round.group: String should match pattern "
-                                      "'^[A-Za-z0-9][A-Za-z0-9_.-]{0,118}-round-[0-9]{3,}$'"]  # fmt: skip
-    raw["round"]["group"] = "tiny-round-000"
-    with pytest.raises(ConfigError) as excinfo:
-        round_config_from_mapping(raw, "round.yaml")
-    assert excinfo.value.problems == [
+    rest = [
         "train.run: set by the round (round.group / round.runs_root / round.checkpoints_root / round.mode); remove it",
         "gate.inputs: set by the round (final checkpoint, analysis outputs, the training's skillbank); remove it",
         "analysis.trial.attempts: Input should be greater than or equal to 1",
         "gate.design.tasks: Input should be greater than or equal to 1",
     ]
+    with pytest.raises(ConfigError) as excinfo:
+        round_config_from_mapping(raw, "round.yaml")
+    # A bad round: section does not hide the stage sections' problems.
+    assert excinfo.value.problems == ["round.group: String should match pattern "
+                                      "'^[A-Za-z0-9][A-Za-z0-9_.-]{0,118}-round-[0-9]{3,}$'", *rest]  # fmt: skip
+    raw["round"]["group"] = "tiny-round-000"
+    with pytest.raises(ConfigError) as excinfo:
+        round_config_from_mapping(raw, "round.yaml")
+    assert excinfo.value.problems == rest
+
+
+def test_a_typo_under_train_does_not_hide_a_typo_under_gate(tmp_path):
+    raw = tiny_round(tmp_path)
+    raw["train"]["shopsim"]["max_turnz"] = 2
+    raw["gate"]["design"]["replicatez"] = 1
+    with pytest.raises(ConfigError) as excinfo:
+        round_config_from_mapping(raw, "round.yaml")
+    assert excinfo.value.problems == ["train.shopsim.max_turnz: Extra inputs are not permitted",
+                                      "gate.design.replicatez: Extra inputs are not permitted"]  # fmt: skip
+
+
+def test_a_gate_design_the_validation_split_cannot_hold_is_refused_at_load_before_training(tmp_path):
+    raw = tiny_round(tmp_path)
+    raw["gate"]["design"]["tasks"] = 10  # the 200-product catalog's validation split has 6 tasks
+    config = write_round(tmp_path, raw)
+    done = subprocess.run(_cli(config), cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "USE_WANDB": "0"})  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"Error: invalid configuration in {config} (1 problem(s)):",
+        "  - gate.design.tasks: 10, but the validation split of the round's catalog (train.shopsim.catalog: seed 0, "
+        "200 products) has only 6 tasks",
+    ]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_an_analyst_outage_leaves_the_stage_unfinished_and_the_same_command_retries_it(tmp_path):
+    with socket.socket() as sock:  # a port nobody listens on: the analyst model's endpoint is down
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    raw = tiny_round(tmp_path)
+    raw["analysis"]["lessons"] = {"backend": "llm", "llm": {"base_url": f"http://127.0.0.1:{port}/v1",
+                                                           "max_retries": 0, "timeout_s": 5}}  # fmt: skip
+    config = write_round(tmp_path, raw)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "USE_WANDB": "0"}
+    done = subprocess.run(_cli(config), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and errors[0].startswith("Error: round: analysis incomplete: ")
+    assert "card(s) without a lesson, 0 without a trial (first, card-" in errors[0]
+    assert errors[0].endswith(f"; retry: python -m shopsimrl.cli training round {config}")
+    round_dir = tmp_path / "runs" / "tiny-round-000"
+    stages = json.loads((round_dir / "round_state.json").read_text())["stages"]
+    assert {name: s["status"] for name, s in stages.items()} == {"train": "finished", "analysis": "running"}
+    assert not (round_dir / "gate").exists()
+
+    # The endpoint is back (here: the rules backend): the same command retries the analysis, not the training.
+    again = subprocess.run(_cli(config, "--set", "analysis.lessons.backend=rules"), cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    stages = json.loads((round_dir / "round_state.json").read_text())["stages"]
+    assert {name: (s["status"], s["attempts"]) for name, s in stages.items()} == {
+        "train": ("finished", 1), "analysis": ("finished", 2), "gate": ("finished", 1)}  # fmt: skip
+
+    # A next round whose start checkpoint does not hash as recorded is refused and creates nothing.
+    following = round_dir / "next_round.yaml"
+    document = yaml.safe_load(following.read_text())
+    document["round"]["start_checkpoint_sha256"] = "0" * 64
+    tampered = write_round(tmp_path, document, name="tampered.yaml")
+    refused = subprocess.run(_cli(tampered), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().startswith(f"Error: {document['round']['start_checkpoint']}: content hash ")
+    assert not (tmp_path / "runs" / "tiny-round-001").exists()
+    assert not (tmp_path / "checkpoints" / "tiny-round-001").exists()
