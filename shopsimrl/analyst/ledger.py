@@ -60,6 +60,9 @@ def append_entries(analysis_dir: str | os.PathLike[str], entries: Iterable[Ledge
     history (and `analysis/proposal_history_records`) without a new fact.
     """
     path = ledger_path(analysis_dir)
+    if not path.exists():  # an analysis that proposed nothing still hands the gate its (empty) ledger
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
     seen = {entry_key(entry) for entry in read_ledger(path)[0]}
     count = 0
     for entry in entries:

@@ -59,10 +59,14 @@ class ValidationTaskRefused(ValueError):
 
 def refuse_held_out(task_id: str, split: Any, where: str) -> None:
     """Raise `ValidationTaskRefused` unless the task is a train-split task (by split and by id)."""
-    prefix = str(task_id).split("-", 1)[0]
-    if split != "train" or prefix != "train":
+    from shopsimrl.shop.tasks import split_of_task_id
+
+    # "train-0-1" and a level's "budget-train-0-1" both name train; an id of neither shape is judged by its
+    # first word, and the record's own validation then says what else is wrong with it.
+    named = split_of_task_id(str(task_id)) or str(task_id).split("-", 1)[0]
+    if split != "train" or named != "train":
         raise ValidationTaskRefused(
-            f"{where}: task {task_id!r} is in split {split if split != 'train' else prefix!r}; "
+            f"{where}: task {task_id!r} is in split {split if split != 'train' else named!r}; "
             "only train tasks may reach the Failure Analyst (refused)"
         )
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from shopsimrl.shop.catalog import NO_CEILING, NO_VALUE, Catalog, FamilyRole, product_id
 from shopsimrl.shop.categories import CATEGORIES
-from shopsimrl.shop.levels import FULL
+from shopsimrl.shop.levels import FULL, LEVELS
 
 SPLIT_SALT = 0x5EED_5917  # separates the split shuffle's random stream from catalog generation
 MAX_HELD_OUT = 200  # tasks per held-out split (validation, test) at most
@@ -175,6 +175,17 @@ def load_split(catalog: Catalog, split: Split | str, limit: int | None = None) -
     if limit is not None:
         families = families[:limit]
     return [make_task(catalog, split, number, int(f)) for number, f in enumerate(families)]
+
+
+def split_of_task_id(task_id: str) -> str | None:
+    """The split a task id names: "train-0-00012" and "budget-train-0-00012" -> "train"; None when the
+    id has neither shape (a level prefix counts only when it is a registered level)."""
+    parts = str(task_id).split("-")
+    if len(parts) == 4 and parts[0] in LEVELS and parts[0] != FULL.name:
+        parts = parts[1:]
+    if len(parts) == 3 and parts[0] in {s.value for s in Split}:
+        return parts[0]
+    return None
 
 
 def get_task(catalog: Catalog, task_id: str) -> Task:

@@ -160,3 +160,11 @@ def test_ledger_reader_reports_a_torn_last_line(tmp_path):
     entries, problems = read_ledger(ledger_path(tmp_path))
     assert entries == [entry]
     assert problems == [f"{ledger_path(tmp_path)}:2: unreadable JSONL record (no newline at end (torn write))"]
+
+
+def test_an_analysis_that_proposed_nothing_still_leaves_an_empty_ledger(tmp_path):
+    """The gate reads the round's ledger: a round whose Analyst had no card must not stop the gate."""
+    from shopsimrl.analyst.ledger import append_entries, ledger_path
+
+    assert append_entries(tmp_path / "analysis", []) == 0
+    assert ledger_path(tmp_path / "analysis").read_bytes() == b""

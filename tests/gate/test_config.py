@@ -41,8 +41,15 @@ def test_shipped_configs_validate(path):
 
 
 def test_example_and_round_config_carry_the_validated_design():
-    for path in SHIPPED[:2]:
-        assert _load_shipped(path).design == DesignConfig()
+    """The example carries the validated design (200 tasks x 3 replicates). The production config runs on
+    the 2,000-product catalog, whose validation split has 62 tasks (1/8 of its families): it keeps every
+    other setting of the design and takes the whole split (the round refuses more before training)."""
+    assert _load_shipped(SHIPPED[0]).design == DesignConfig()
+    production = _load_shipped(SHIPPED[1]).design
+    assert production == DesignConfig(tasks=62)
+    from shopsimrl.shop import generate_catalog, load_split
+
+    assert len(load_split(generate_catalog(seed=0, num_products=2000), "validation")) == production.tasks
 
 
 def test_the_production_config_names_no_round():

@@ -323,3 +323,20 @@ def test_a_level_states_what_its_near_misses_need():
         Level(name="train", description="", attributes=1, options=0, price_ceiling=False, distractors=(),
               num_products=50)  # fmt: skip
     assert FamilyRole.NAMES[1:] == DISTRACTOR_ROLES
+
+
+@pytest.mark.parametrize(("task_id", "split"), [
+    ("train-0-00012", "train"), ("validation-3-00001", "validation"), ("budget-train-0-00228", "train"),
+    ("easy-test-0-00002", "test"), ("budget-validation-0-00001", "validation"),
+    ("hard-train-0-00001", None), ("full-train-0-00001", None), ("validation-0", None), ("", None),
+])  # fmt: skip
+def test_the_split_a_task_id_names_on_every_level(task_id, split):
+    from shopsimrl.analyst.sidecar import ValidationTaskRefused, refuse_held_out
+    from shopsimrl.shop.tasks import split_of_task_id
+
+    assert split_of_task_id(task_id) == split
+    if split == "train":  # a level's train task reaches the Analyst (the demo's budget level did not)
+        refuse_held_out(task_id, "train", "triage")
+    else:
+        with pytest.raises(ValidationTaskRefused):
+            refuse_held_out(task_id, "train", "triage")
