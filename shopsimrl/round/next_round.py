@@ -57,8 +57,10 @@ class NextRound:
         return f"{CLI} training round {self.config_path}"
 
 
-def next_round_mapping(config: RoundConfig, state: RoundState, settings: WandbSettings) -> dict[str, Any]:
-    """The next round's config as a mapping (not yet validated)."""
+def next_round_mapping(config: RoundConfig, state: RoundState, settings: WandbSettings,
+                       tracking: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The next round's config as a mapping (not yet validated). `tracking`: the W&B settings this round
+    ran with (its manifest's); default: `settings`."""
     train, gate = state.record("train"), state.record("gate")
     skillbank = gate["outputs"]["selected_skillbank"]
     raw = copy.deepcopy(config.model_dump(mode="json", exclude_none=True))
@@ -73,16 +75,17 @@ def next_round_mapping(config: RoundConfig, state: RoundState, settings: WandbSe
     history = raw["analysis"].setdefault("ledger", {}).setdefault("history", [])
     if ledger not in history:
         history.append(ledger)
-    record = tracking_record(settings)
-    raw["tracking"] = {key: record[key] for key in ("enabled", "mode", "project", "entity", "dir") if record[key] is not None}
+    record = tracking or tracking_record(settings)
+    raw["tracking"] = {key: record[key] for key in ("enabled", "mode", "project", "entity", "dir") if record.get(key) is not None}
     return raw
 
 
-def write_next_round(config: RoundConfig, state: RoundState, settings: WandbSettings) -> NextRound:
+def write_next_round(config: RoundConfig, state: RoundState, settings: WandbSettings,
+                     tracking: dict[str, Any] | None = None) -> NextRound:  # fmt: skip
     train = state.record("train")
     skillbank = Path(state.record("gate")["outputs"]["selected_skillbank"])
     load_skillbank(skillbank)  # the gate wrote it; refuse to hand on a file the next training cannot read
-    raw = next_round_mapping(config, state, settings)
+    raw = next_round_mapping(config, state, settings, tracking)
     config_path = config.round_dir / NEXT_ROUND_CONFIG
     following = round_config_from_mapping(raw, str(config_path))  # ConfigError before anything is written
     result = NextRound(

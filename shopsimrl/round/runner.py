@@ -28,10 +28,10 @@ import yaml
 from shopsimrl.models.checkpoint import CheckpointError
 from shopsimrl.round.backends import LocalBackend, StageBackend
 from shopsimrl.round.config import RoundConfig
-from shopsimrl.round.manifest import write_round_manifest
+from shopsimrl.round.manifest import read_round_manifest, write_round_manifest
 from shopsimrl.round.next_round import NextRound, write_next_round
 from shopsimrl.round.report import write_round_report
-from shopsimrl.round.state import RoundState
+from shopsimrl.round.state import STAGES, RoundState
 from shopsimrl.storage import atomic_write_text
 from shopsimrl.tracking import WandbSettings
 
@@ -67,9 +67,14 @@ def run_round(
     if config.round.start_checkpoint and not dry_run:
         _verify(backend, config.round.start_checkpoint, config.round.start_checkpoint_sha256, "round.start_checkpoint")
     ran: list[str] = []
+    manifest: dict[str, Any] = {}
     if not dry_run:
         round_dir.mkdir(parents=True, exist_ok=True)
-        write_round_manifest(config, settings)
+        # What the round started from: written when it starts, kept when a re-run finds finished work (a
+        # resumed round's W&B settings, for one, are what it ran with, not the re-run's).
+        manifest = read_round_manifest(round_dir)
+        if not manifest or not any(state.finished(stage) for stage in STAGES):
+            manifest = write_round_manifest(config, settings)
         # The Analyst (and slime's launcher) read the round's shop from this copy: one source.
         atomic_write_text(config.train_config_path, yaml.safe_dump(config.train_document(), sort_keys=False))
 
@@ -131,7 +136,7 @@ def run_round(
 
     if dry_run:
         return RoundResult(round_dir, state, ran, None, None, gate_lines)
-    next_round = write_next_round(config, state, settings)
+    next_round = write_next_round(config, state, settings, tracking=manifest.get("tracking"))
     report = write_round_report(config, state, next_round, settings)
     return RoundResult(round_dir, state, ran, next_round, report, gate_lines)
 

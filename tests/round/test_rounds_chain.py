@@ -196,3 +196,19 @@ def test_a_chain_killed_during_round_two_analyst_resumes_without_retraining(tmp_
         "train": ("finished", 1), "analysis": ("finished", 2), "gate": ("finished", 1)}  # fmt: skip
     report = tmp_path / "runs" / "tiny-rounds" / "rounds_report.md"
     assert "| tiny-round-001 |" in report.read_text() and (report.parent / "rounds_curves.png").is_file()
+
+
+def test_a_finished_round_resumed_without_wandb_still_hands_on_the_tracking_it_ran_with(tmp_path, wandb_offline):
+    """`make demo` (--wandb) then `make rounds` (no flag): round 000 is only reprinted; the next round
+    must log as round 000 did, so its tracking comes from round 000's manifest, not from the re-run."""
+    config = round_config_from_mapping(tiny_round(tmp_path), "test")
+    on = WandbSettings.from_env(overrides={"enabled": True, "project": "shopsimrl-test"})
+    from shopsimrl.round import run_round
+
+    run_round(config, settings=replace(on, group=config.group), echo=_quiet)
+    again = run_round(config, settings=WandbSettings(enabled=False), echo=_quiet)
+    assert again.ran == []
+    following = load_round_config(again.next_round.config_path)
+    assert following.tracking is not None and following.tracking.enabled is True
+    manifest = json.loads((tmp_path / "runs" / "tiny-round-000" / "round_manifest.json").read_text())
+    assert manifest["tracking"]["enabled"] is True
