@@ -1,27 +1,36 @@
-"""Benchmark: statistical validity of the online gate's design, estimator and selection rule.
+"""Benchmark: the online gate's decisions under heterogeneous outcome models, fixed vs sequential.
 
-Runs the real code (`shopsimrl.gate.design.build_design` for the masks, `estimate_effects` for the
-clustered OLS, Holm and the selection rule) on a simulated policy, many simulated gates per setting,
-and reports with 95% Wilson intervals:
+Runs the real code on simulated policies, many simulated gates per setting: `build_design` for the
+masks, `estimate_effects` (clustered OLS, Holm, the selection rule) at every look, and for the
+sequential gate `pairs_for_power` (its budget), `look_plan` and `decide_look` (its stopping rule).
+Reported with 95% Wilson intervals:
 
-* power: how often a candidate with a +0.10 effect on success is `selected` (goal >= 0.8);
-* false selection of a null candidate and of a -0.10 candidate (goal <= 5%);
-* for K = 1, 4 and 8 candidates, with at most 200 validation tasks.
+* power: how often a candidate whose average effect on success is +0.10 is `selected` (goal >= 0.8);
+* false selection of a null candidate, per candidate and per gate (goal <= 5% per gate), and of a
+  -0.10 candidate;
+* episodes run (planned pairs x 2 plus re-runs of technical failures), fixed vs sequential
+  (goal at K = 4: <= 65% of the fixed design's 1,200).
 
-Simulated policy: task base success `sigmoid(-0.4 + z_t)`, `z_t ~ N(0, 1)` (the reference's model,
-mean success ~0.42) plus replicate noise `N(0, 0.5)` on the logit shared by the two episodes of a
-pair (same seed); planted chunk effects added to the success probability; an interaction between
-the +0.10 and the -0.10 chunk (-0.05 when both are on; main effects shifted so that the average
-effects are exactly the planted ones); technical failures: every attempt fails with probability
-0.05 and is re-run up to 3 times, and 1% of tasks always fail (their pairs are unscorable and drop
-out). The two draws of a pair are independent (`--coupling 0`, the conservative default: an LLM
-with a different prompt couples only partly); `--coupling c` reuses the first draw with probability c.
+Designs: `fixed` is the design shipped before issue 26 (200 tasks x 3 replicates, one analysis);
+`sequential` is the default `DesignConfig()` (budget from power for K, looks, spending, futility).
 
-The peer, measured in the same run: the same budget with pairing `bare` (arm b runs no
-candidate), the issue's literal design and the costliest variant (reference/gate_design.md).
+Outcome models (`MODELS`): a task's base success b_t, plus per candidate k an effect e_kt:
+* base `reference`: sigmoid(-0.4 + z_t + e), z_t ~ N(0, 1), e ~ N(0, 0.5) shared by a pair's two
+  episodes (reference/gate_design.md); `spread`: Beta(2, 2) (2 E[b(1-b)] = 0.4, near the 0.5
+  ceiling); `bimodal`: Beta(0.3, 0.7) (most tasks nearly always fail or succeed); `half`: every
+  task at 0.5 (the ceiling of the paired variance, a worst case);
+* effects `uniform`: on every task, scaled by the room the task leaves (a helpful edit adds
+  e (1 - b_t) / (1 - E b), a harmful one takes e b_t / E b), so the average over tasks is e and no
+  probability leaves [0, 1] for one candidate; `some`: each candidate acts on its own random 40% of
+  the tasks, 2.5 x as strongly (its effect's task-to-task SD is >= 0.12 at e = 0.10);
+* `interacting`: candidates 1 and 3 (null on average) are worth +0.14 each alone and nothing
+  together (an interaction of -0.28), beside the +0.10 candidate 0.
+The two draws of a pair are independent (no common-random-number coupling: conservative). Technical
+failures: each attempt fails with probability 0.05 and is re-run up to 3 times; 1% of the tasks
+always fail (their pairs are unscorable and drop out).
 
-    .venv/bin/python bench/bench_gate.py                 # quick: 60 gates per setting
-    .venv/bin/python bench/bench_gate.py --gates 500     # the run recorded in docs/gate.md
+    .venv/bin/python bench/bench_gate.py                  # quick: 60 gates per setting
+    nice -n 19 .venv/bin/python bench/bench_gate.py --gates 300 --json /tmp/gate.json   # docs/gate.md
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,72 +50,128 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shopsimrl.gate.config import DesignConfig, Pairing  # noqa: E402
-from shopsimrl.gate.design import build_design  # noqa: E402
+from shopsimrl.gate.config import DesignConfig  # noqa: E402
 from shopsimrl.gate.estimate import PairObservation, Status, estimate_effects  # noqa: E402
+from shopsimrl.gate.plan import plan_gate  # noqa: E402
+from shopsimrl.gate.sequential import decide_look  # noqa: E402
 
-INTERACTION = -0.05  # added to P(success) when the +0.10 and the -0.10 chunk are both on
 ATTEMPT_FAILURE = 0.05
 MAX_ATTEMPTS = 3
 BROKEN_TASKS = 0.01
 REPLICATE_SD = 0.5
+SOME_SHARE = 0.4  # `some`: the share of tasks a candidate acts on
+INTERACTION_MAIN, INTERACTION = 0.14, -0.28  # `interacting`: candidates 1 and 3
+FIXED = DesignConfig(replicates=3, looks=1)  # the design shipped before issue 26: 200 x 3, one analysis
+POOL = 200  # validation tasks available to the simulated gates
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@dataclass(frozen=True)
+class OutcomeModel:
+    name: str
+    base: Callable[[np.random.Generator, int], np.ndarray]  # task-level base success (or logit for reference)
+    mean_base: float  # E b over tasks (the room scaling's denominator)
+    logit: bool  # base is a logit, with replicate noise added per pair
+    pattern: str  # "uniform" or "some"
+    interacting: bool
+
+
+def _mean_reference() -> float:
+    rng = np.random.default_rng(12345)
+    return float(_sigmoid(-0.4 + rng.normal(size=400_000) + rng.normal(scale=REPLICATE_SD, size=400_000)).mean())
+
+
+MODELS = {
+    "reference": OutcomeModel("reference", lambda rng, n: -0.4 + rng.normal(size=n), _mean_reference(), True,
+                              "uniform", False),
+    "spread": OutcomeModel("spread", lambda rng, n: rng.beta(2.0, 2.0, size=n), 0.5, False, "uniform", False),
+    "spread-some": OutcomeModel("spread-some", lambda rng, n: rng.beta(2.0, 2.0, size=n), 0.5, False, "some", False),
+    "bimodal-some": OutcomeModel("bimodal-some", lambda rng, n: rng.beta(0.3, 0.7, size=n), 0.3, False, "some",
+                                 False),
+    "spread-interacting": OutcomeModel("spread-interacting", lambda rng, n: rng.beta(2.0, 2.0, size=n), 0.5, False,
+                                       "uniform", True),
+    "half": OutcomeModel("half", lambda rng, n: np.full(n, 0.5), 0.5, False, "uniform", False),
+}
 
 
 @dataclass(frozen=True)
 class Setting:
     label: str
     effects: tuple[float, ...]  # average effect of each candidate on P(success)
-    interaction: bool
 
 
-def settings_for(k: int) -> list[Setting]:
-    if k == 1:  # one candidate: one setting per planted effect
-        return [Setting(f"K=1, effect {e:+.2f}", (e,), False) for e in (0.10, 0.0, -0.10)]
-    base = [0.10, 0.0, -0.10, 0.0, 0.05, 0.0, -0.05, 0.0][:k]
-    return [Setting(f"K={k}", tuple(base), True)]
+SETTINGS = {
+    1: [Setting("K=1 +0.10", (0.10,)), Setting("K=1 null", (0.0,))],
+    4: [Setting("K=4 mixed", (0.10, 0.0, -0.10, 0.0)), Setting("K=4 null", (0.0, 0.0, 0.0, 0.0))],
+    8: [Setting("K=8 mixed", (0.10, 0.0, -0.10, 0.0, 0.05, 0.0, -0.05, 0.0))],
+}
 
 
-def simulate_gate(setting: Setting, *, tasks: int, replicates: int, pairing: Pairing, coupling: float,
-                  seed: int, alpha: float, min_effect: float) -> tuple[list[Status], int]:
-    """One simulated gate: (status per candidate, episodes run including re-runs)."""
+def _probabilities(model: OutcomeModel, setting: Setting, rng: np.random.Generator, task_index: np.ndarray,
+                   on: np.ndarray, tasks: int) -> np.ndarray:
+    """P(success) of both arms of every pair, shape (2, pairs)."""
+    k = len(setting.effects)
+    base_t = model.base(rng, tasks)
+    if model.logit:
+        base = _sigmoid(base_t[task_index] + rng.normal(scale=REPLICATE_SD, size=len(task_index)))
+    else:
+        base = base_t[task_index]
+    effects = np.zeros((len(task_index), k))
+    for j, e in enumerate(setting.effects):
+        if model.interacting and j in (1, 3):
+            effects[:, j] = INTERACTION_MAIN
+            continue
+        room = (1.0 - base) / (1.0 - model.mean_base) if e > 0 else base / model.mean_base
+        acts = np.ones(tasks)
+        if model.pattern == "some":
+            acts = (rng.random(tasks) < SOME_SHARE) / SOME_SHARE
+        effects[:, j] = e * room * acts[task_index]
+    p = base[None, :] + np.einsum("apk,pk->ap", on, effects)
+    if model.interacting and k >= 4:
+        p += INTERACTION * on[:, :, 1] * on[:, :, 3]
+    return np.clip(p, 0.0, 1.0)
+
+
+def simulate_gate(model: OutcomeModel, setting: Setting, design_config: DesignConfig, *,
+                  seed: int) -> tuple[list[Status], int, int, int]:
+    """One simulated gate, planned as the stage plans it (`plan_gate`): (status per candidate, episodes run
+    including re-runs, the look it stopped at, planned pairs)."""
     rng = np.random.default_rng(seed)
     k = len(setting.effects)
     candidates = [f"c{j}" for j in range(k)]
-    task_ids = [f"validation-{t:05d}" for t in range(tasks)]
-    design = build_design(task_ids, candidates=candidates, replicates=replicates, pairing=pairing, seed=seed)
-    main = np.array(setting.effects, dtype=np.float64)
-    if setting.interaction:  # keep the average effects at the planted values under the 1/2 design
-        main[0] -= INTERACTION / 2
-        main[2] -= INTERACTION / 2
-    z = rng.normal(size=tasks)
-    broken = rng.random(tasks) < BROKEN_TASKS
+    task_ids = [f"validation-{t:05d}" for t in range(POOL)]
+    plan = plan_gate(design_config.model_copy(update={"seed": seed}), task_ids, candidates)
+    design = plan.design
     n = len(design.pairs)
     on = np.zeros((2, n, k))
+    task_index = np.empty(n, dtype=np.int64)
+    index_of = {task_id: t for t, task_id in enumerate(task_ids)}
     for i, pair in enumerate(design.pairs):
+        task_index[i] = index_of[pair.task_id]
         for arm, mask in enumerate((pair.mask_a, pair.mask_b)):
             for c in mask:
                 on[arm, i, int(c[1:])] = 1.0
-    task_index = np.repeat(np.arange(tasks), replicates)
-    logit = -0.4 + z[task_index] + rng.normal(scale=REPLICATE_SD, size=n)
-    base = 1.0 / (1.0 + np.exp(-logit))
-    p = base[None, :] + on @ main
-    if setting.interaction:
-        p += INTERACTION * on[:, :, 0] * on[:, :, 2]
-    p = np.clip(p, 0.0, 1.0)
-    u_a = rng.random(n)
-    u_b = np.where(rng.random(n) < coupling, u_a, rng.random(n))
-    y = np.stack([u_a, u_b]) < p
-    # technical failures: attempts until one succeeds (at most MAX_ATTEMPTS); broken tasks always fail
+    p = _probabilities(model, setting, rng, task_index, on, POOL)
+    y = rng.random((2, n)) < p
+    broken = (rng.random(POOL) < BROKEN_TASKS)[task_index]
     attempts = np.minimum(rng.geometric(1.0 - ATTEMPT_FAILURE, size=(2, n)), MAX_ATTEMPTS + 1)
-    scored = (attempts <= MAX_ATTEMPTS) & ~broken[task_index][None, :]
-    episodes = int(np.where(broken[task_index][None, :], MAX_ATTEMPTS, np.minimum(attempts, MAX_ATTEMPTS)).sum())
+    scored = (attempts <= MAX_ATTEMPTS).all(axis=0) & ~broken
+    cost = np.where(broken[None, :], MAX_ATTEMPTS, np.minimum(attempts, MAX_ATTEMPTS)).sum(axis=0)
     observations = [
         PairObservation(pair.task_id, tuple(design.indicators(pair)), float(y[0, i]), float(y[1, i]))
         for i, pair in enumerate(design.pairs)
-        if scored[0, i] and scored[1, i]
     ]
-    estimate = estimate_effects(observations, candidates, alpha=alpha, min_effect=min_effect)
-    return [effect.status for effect in estimate.effects], episodes
+    min_effect = design_config.min_effect_for(design_config.outcome)
+    for look in plan.looks:
+        used = [obs for obs, ok in zip(observations[: look.pairs], scored[: look.pairs], strict=True) if ok]
+        estimate = estimate_effects(used, candidates, alpha=look.alpha, min_effect=min_effect)
+        decision = decide_look(estimate, look, plan.looks, min_effect=min_effect, futility=design_config.futility)
+        if decision.stop:
+            return [effect.status for effect in estimate.effects], int(cost[: look.pairs].sum()), look.index, n
+    raise AssertionError("the last look always stops")
 
 
 def wilson(successes: int, trials: int) -> tuple[float, float, float]:
@@ -115,37 +181,33 @@ def wilson(successes: int, trials: int) -> tuple[float, float, float]:
     return successes / trials, float(low), float(high)
 
 
-def run_setting(setting: Setting, *, gates: int, tasks: int, replicates: int, pairing: Pairing, coupling: float,
-                alpha: float, min_effect: float, seed_base: int) -> dict:
-    counts: dict[str, list[int]] = {"pos": [0, 0], "null": [0, 0], "neg": [0, 0], "null_rejected": [0, 0],
-                                    "any_null": [0, 0]}
-    episodes = []
+def run_setting(model: OutcomeModel, setting: Setting, design_config: DesignConfig, *, name: str, gates: int,
+                seed_base: int) -> dict:
+    counts: dict[str, list[int]] = {"pos": [0, 0], "null": [0, 0], "neg": [0, 0], "any_null": [0, 0]}
+    episodes, looks = [], []
     started = time.perf_counter()
     for g in range(gates):
-        statuses, cost = simulate_gate(setting, tasks=tasks, replicates=replicates, pairing=pairing,
-                                       coupling=coupling, seed=seed_base + g, alpha=alpha, min_effect=min_effect)
+        statuses, cost, look, pairs = simulate_gate(model, setting, design_config, seed=seed_base + g)
         episodes.append(cost)
+        looks.append(look)
         any_null = False
         for effect, status in zip(setting.effects, statuses, strict=True):
-            selected = status is Status.SELECTED
             kind = "pos" if effect >= 0.10 else "neg" if effect <= -0.10 else "null" if effect == 0 else None
             if kind is None:
                 continue
+            selected = status is Status.SELECTED
             counts[kind][0] += selected
             counts[kind][1] += 1
-            if kind == "null":
-                counts["null_rejected"][0] += status is Status.REJECTED
-                counts["null_rejected"][1] += 1
-                any_null |= selected
+            any_null |= kind == "null" and selected
         if any(e == 0 for e in setting.effects):
             counts["any_null"][0] += any_null
             counts["any_null"][1] += 1
-        if (g + 1) % max(1, gates // 10) == 0 or g + 1 == gates:
-            print(f"\r  {pairing.value:<10} {setting.label:<18} {g + 1}/{gates} gates", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    row = {"setting": setting.label, "pairing": pairing.value, "tasks": tasks, "replicates": replicates,
-           "planned_episodes": 2 * tasks * replicates, "mean_episodes_run": float(np.mean(episodes)),
-           "gates": gates, "seconds_per_gate": (time.perf_counter() - started) / gates}
+    print(f"  {model.name:<19} {setting.label:<10} {name:<10} {gates} gates "
+          f"{time.perf_counter() - started:6.1f} s", file=sys.stderr, flush=True)
+    row = {"model": model.name, "setting": setting.label, "design": name, "gates": gates,
+           "planned_episodes": 2 * pairs, "mean_episodes": float(np.mean(episodes)),
+           "episodes_sd": float(np.std(episodes)), "mean_look": float(np.mean(looks)),
+           "seconds_per_gate": (time.perf_counter() - started) / gates}
     for key, (hits, trials) in counts.items():
         if trials:
             row[key] = wilson(hits, trials)
@@ -167,43 +229,62 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def table(rows: list[dict]) -> list[str]:
+    """One line per (model, setting): fixed and sequential side by side."""
+    lines = [
+        "| model | setting | power at +0.10: fixed / sequential | false sel. null, per gate: fixed / sequential "
+        "| false sel. -0.10: fixed / seq. | episodes: fixed / sequential (planned max, mean look) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    by_key = {(r["model"], r["setting"], r["design"]): r for r in rows}
+    for model, setting in dict.fromkeys((r["model"], r["setting"]) for r in rows):
+        fixed, seq = by_key.get((model, setting, "fixed")), by_key.get((model, setting, "sequential"))
+
+        def both(key: str, fixed: dict | None = fixed, seq: dict | None = seq) -> str:
+            cells = [_fmt(r.get(key)) if r else "-" for r in (fixed, seq)]
+            return "-" if cells == ["-", "-"] else " / ".join(cells)
+
+        episodes = " / ".join(
+            [f"{fixed['mean_episodes']:.0f}" if fixed else "-"]
+            + ([f"{seq['mean_episodes']:.0f} ({seq['planned_episodes']}, {seq['mean_look']:.2f}; "
+                f"{seq['mean_episodes'] / fixed['mean_episodes']:.0%})" if fixed else f"{seq['mean_episodes']:.0f}"]
+               if seq else ["-"])
+        )
+        lines.append(f"| {model} | {setting} | {both('pos')} | {both('any_null')} | {both('neg')} | {episodes} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    defaults = DesignConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gates", type=int, default=60, help="simulated gates per setting (500 for the recorded run)")
-    parser.add_argument("--tasks", type=int, default=defaults.tasks)
-    parser.add_argument("--replicates", type=int, default=defaults.replicates)
-    parser.add_argument("--coupling", type=float, default=0.0, help="probability that arm b reuses arm a's draw")
-    parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--no-peer", action="store_true", help="skip the bare-pairing peer")
+    parser.add_argument("--gates", type=int, default=60, help="simulated gates per setting and design")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 8], choices=[1, 4, 8])
+    parser.add_argument("--designs", nargs="+", default=["fixed", "sequential"], choices=["fixed", "sequential"])
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     # statsmodels' Holm ends with gc.collect(); with statsmodels, scipy and pandas loaded that full
-    # collection costs ~0.1 s, 90% of a simulated gate. Freezing the import-time heap makes it cheap
-    # without changing any result (the gate itself calls it twice per run and does not care).
-    simulate_gate(settings_for(1)[0], tasks=4, replicates=2, pairing=Pairing.COMPLEMENT, coupling=0.0, seed=0,
-                  alpha=0.05, min_effect=0.10)
+    # collection dominates a simulated gate. Freezing the import-time heap makes it cheap without
+    # changing any result.
+    simulate_gate(MODELS["spread"], SETTINGS[1][0], FIXED, seed=0)
     gc.freeze()
-    pairings = [Pairing.COMPLEMENT] + ([] if args.no_peer else [Pairing.BARE])
-    started = time.perf_counter()
-    print(f"cpu: {cpu_model()}; command: {' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}", file=sys.stderr)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    print(f"cpu: {cpu_model()}; command: {command}", file=sys.stderr)
     rows = []
-    for pairing in pairings:
-        for index, k in enumerate(args.k):
-            for offset, setting in enumerate(settings_for(k)):
-                rows.append(run_setting(setting, gates=args.gates, tasks=args.tasks, replicates=args.replicates,
-                                        pairing=pairing, coupling=args.coupling, alpha=defaults.alpha,
-                                        min_effect=defaults.min_effect, seed_base=1_000_000 * (10 * index + offset)))
-    print(f"\ncpu: {cpu_model()}; {args.gates} gates per setting; coupling {args.coupling}; "
-          f"wall {time.perf_counter() - started:.1f} s")
-    print("| pairing | setting | tasks x reps | episodes planned (run) | power at +0.10 | false sel. null "
-          "| false sel. -0.10 | any null selected | null rejected | s/gate |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        print(f"| {row['pairing']} | {row['setting']} | {row['tasks']} x {row['replicates']} | "
-              f"{row['planned_episodes']} ({row['mean_episodes_run']:.0f}) | {_fmt(row.get('pos'))} | "
-              f"{_fmt(row.get('null'))} | {_fmt(row.get('neg'))} | {_fmt(row.get('any_null'))} | "
-              f"{_fmt(row.get('null_rejected'))} | {row['seconds_per_gate']:.3f} |")
+    for m, name in enumerate(args.models):
+        for k in args.k:
+            for s, setting in enumerate(SETTINGS[k]):
+                for design in args.designs:
+                    config = FIXED if design == "fixed" else DesignConfig()
+                    rows.append(run_setting(MODELS[name], setting, config, name=design, gates=args.gates,
+                                            seed_base=1_000_000 * (100 * m + 10 * k + s)))
+    defaults = DesignConfig()
+    print(f"\ncpu: {cpu_model()}; command: {command}; {args.gates} gates per setting and design; wall "
+          f"{time.perf_counter() - started:.0f} s, cpu {time.process_time() - cpu_started:.0f} s")
+    print(f"sequential = DesignConfig(): replicates {defaults.replicates}, looks {defaults.looks}, spending alpha t^"
+          f"{defaults.spending_rho:g}, futility {defaults.futility:g}; fixed = 200 x 3, one look; alpha "
+          f"{defaults.alpha:g}, min_effect {defaults.min_effect_success:g}")
+    print("\n".join(table(rows)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

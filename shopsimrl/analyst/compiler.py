@@ -12,7 +12,9 @@
 4. Every text passes the firewall (against the gold of its own cluster's cards, the held-out
    tasks and the banned terms; each lesson passed it once already, before its trial:
    `screen_lessons`), and the ledger refuses an edit the gate rejected before
-   without new evidence. Active chunks that carry privileged facts get a `remove` proposal.
+   without new evidence: one rejected alone in any pool, one rejected beside others only when
+   the pool would be that same pool again. Active chunks that carry privileged facts get a
+   `remove` proposal.
 Each decision is a ledger entry; only `proposed` ones reach the pool.
 """
 
@@ -136,6 +138,20 @@ def screen_lessons(
     return out, entries
 
 
+@dataclass(frozen=True)
+class _Proposal:
+    """An edit that passed every check on its own; whether it joins the pool depends on the others."""
+
+    op: Operation
+    chunk: str
+    text: str | None
+    pid: str
+    evidence: tuple[str, ...] = ()
+    details: dict[str, Any] | None = None
+    failure_mode: str | None = None
+    reason: str | None = None
+
+
 @dataclass
 class CompileResult:
     pool: CandidatePool
@@ -156,8 +172,8 @@ def compile_candidates(
     now: str,
 ) -> CompileResult:
     """The candidate pool and the ledger entries of this compile (to be appended by the caller)."""
-    entries: list[LedgerEntry] = []
-    interventions: list[Intervention] = []
+    entries: list[LedgerEntry | _Proposal] = []  # proposals stay placeholders until the pool is known
+    proposals: list[_Proposal] = []
     taken: set[str] = set()
     texts = {c.logical_chunk_id: c.text for c in skillbank.active_chunks}
 
@@ -189,20 +205,15 @@ def compile_candidates(
             entry(LedgerEvent.DUPLICATE_REJECTED, op, chunk, text, pid, evidence_card_ids=evidence,
                   reason=duplicate, details=details)  # fmt: skip
             continue
-        if len(interventions) >= settings.max_candidates:
+        if len(proposals) >= settings.max_candidates:
             break
         taken.add(chunk)
-        intervention_id = f"iv-{len(interventions) + 1:02d}-{chunk}"
-        interventions.append(
-            Intervention(intervention_id=intervention_id, logical_chunk_id=chunk, operation=op, text=text,
-                         failure_mode=cluster.failure_mode.value, evidence_card_ids=evidence, proposal_id=pid)  # fmt: skip
-        )
-        entry(LedgerEvent.PROPOSED, op, chunk, text, pid, intervention_id=intervention_id,
-              evidence_card_ids=evidence, details=details)  # fmt: skip
+        proposals.append(_Proposal(op, chunk, text, pid, evidence, details, cluster.failure_mode.value))
+        entries.append(proposals[-1])
 
     for chunk in skillbank.active_chunks:
         verdict = skillbank_firewall.check(chunk.text)
-        if verdict.ok or chunk.logical_chunk_id in taken or len(interventions) >= settings.max_candidates:
+        if verdict.ok or chunk.logical_chunk_id in taken or len(proposals) >= settings.max_candidates:
             continue
         pid = proposal_id(Operation.REMOVE, chunk.logical_chunk_id, None)
         reason = "active chunk carries privileged facts: " + "; ".join(verdict.reasons)
@@ -211,13 +222,8 @@ def compile_candidates(
             entry(LedgerEvent.DUPLICATE_REJECTED, Operation.REMOVE, chunk.logical_chunk_id, None, pid, reason=duplicate)
             continue
         taken.add(chunk.logical_chunk_id)
-        intervention_id = f"iv-{len(interventions) + 1:02d}-{chunk.logical_chunk_id}"
-        interventions.append(
-            Intervention(intervention_id=intervention_id, logical_chunk_id=chunk.logical_chunk_id,
-                         operation=Operation.REMOVE, proposal_id=pid)  # fmt: skip
-        )
-        entry(LedgerEvent.PROPOSED, Operation.REMOVE, chunk.logical_chunk_id, None, pid,
-              intervention_id=intervention_id, reason=reason)  # fmt: skip
+        proposals.append(_Proposal(Operation.REMOVE, chunk.logical_chunk_id, None, pid, reason=reason))
+        entries.append(proposals[-1])
 
     # Lessons whose trial did not succeed: recorded as history, never proposed.
     for cluster in cluster_lessons([c for c in cards if c.status is CardStatus.EVIDENCE_ONLY], settings.text_similarity):
@@ -226,5 +232,46 @@ def compile_candidates(
               evidence_card_ids=tuple(sorted(cluster.card_ids)),
               details={"failure_mode": cluster.failure_mode.value})  # fmt: skip
 
+    barred = same_pool_bars(proposals, history, round_name)
+    interventions: list[Intervention] = []
+    resolved: list[LedgerEntry] = []
+    for item in entries:
+        if not isinstance(item, _Proposal):
+            resolved.append(item)
+            continue
+        common = {"event": LedgerEvent.PROPOSED, "round": round_name, "proposal_id": item.pid,
+                  "logical_chunk_id": item.chunk, "operation": item.op, "text_sha256": text_sha256(item.text),
+                  "at": now, "evidence_card_ids": item.evidence, "details": item.details or {}}  # fmt: skip
+        if item.pid in barred:
+            resolved.append(LedgerEntry(**common | {"event": LedgerEvent.DUPLICATE_REJECTED, "reason": barred[item.pid]}))
+            continue
+        intervention_id = f"iv-{len(interventions) + 1:02d}-{item.chunk}"
+        interventions.append(
+            Intervention(intervention_id=intervention_id, logical_chunk_id=item.chunk, operation=item.op,
+                         text=item.text, failure_mode=item.failure_mode, evidence_card_ids=item.evidence,
+                         proposal_id=item.pid)  # fmt: skip
+        )
+        resolved.append(LedgerEntry(**common | {"intervention_id": intervention_id, "reason": item.reason}))
     pool = CandidatePool(round=round_name, skillbank_sha256=skillbank_sha256, interventions=tuple(interventions))
-    return CompileResult(pool=pool, entries=entries, clusters=len(clusters))
+    return CompileResult(pool=pool, entries=resolved, clusters=len(clusters))
+
+
+def same_pool_bars(proposals: Sequence[_Proposal], history: LedgerHistory, round_name: str) -> dict[str, str]:
+    """The proposals to leave out because the gate rejected them in exactly the pool they would form.
+
+    One at a time, from the end (the smallest clusters first): leaving one out changes the pool, so
+    the others may no longer repeat a measured pool. Two edits rejected together in round r come
+    back as the first of them alone (a different pool, a different measurement); the second waits.
+    """
+    kept = list(proposals)
+    barred: dict[str, str] = {}
+    while True:
+        pool = [item.pid for item in kept]
+        for item in reversed(kept):
+            reason = history.duplicate_reason(item.pid, round_name, item.evidence, pool=pool)
+            if reason is not None:
+                barred[item.pid] = reason
+                kept.remove(item)
+                break
+        else:
+            return barred

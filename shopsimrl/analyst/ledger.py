@@ -5,13 +5,15 @@ trial_failed, duplicate_rejected, and later the gate's verdicts (in gate/proposa
 Never twice the same (event, proposal, evidence): a re-run of a finished analysis appends nothing.
 `LedgerHistory` reads this round's ledger and earlier rounds' (`ledger.history`) and refuses an
 edit the gate rejected before unless new evidence supports it: a failure card, identified by
-(round, card id), that none of that proposal's earlier entries cited.
+(round, card id), that none of that proposal's earlier entries cited. A rejection is conditional on
+the pool it was measured in (`LedgerEntry.pool`): one measured alone bars the edit; one measured
+beside others bars it only from exactly that pool again (docs/gate.md, "Ledger verdicts").
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -101,15 +103,37 @@ class LedgerHistory:
     def entries_for(self, proposal_id: str) -> list[LedgerEntry]:
         return list(self._by_proposal.get(proposal_id, ()))
 
-    def duplicate_reason(self, proposal_id: str, round_name: str, card_ids: Sequence[str]) -> str | None:
-        """Why a re-proposal is refused, or None when it may be proposed."""
+    def duplicate_reason(self, proposal_id: str, round_name: str, card_ids: Sequence[str],
+                         pool: Collection[str] | None = None) -> str | None:
+        """Why a re-proposal is refused, or None when it may be proposed.
+
+        `pool`: the proposal ids of the pool being compiled, once it is known. Without it only the
+        rejections that bar the edit in any pool count (measured alone, or recorded without a pool).
+        """
         entries = self.entries_for(proposal_id)
-        rejected = [e for e in entries if e.event is LedgerEvent.GATE_REJECTED]
+        rejected = [e for e in entries if e.event is LedgerEvent.GATE_REJECTED and _bars(e, pool)]
         if not rejected:
             return None
         seen = {(e.round, card) for e in entries for card in e.evidence_card_ids}
         new = {(round_name, card) for card in card_ids} - seen
         if new:
             return None
-        rounds = sorted({e.round for e in rejected})
-        return f"rejected by the gate in round(s) {', '.join(rounds)}; no new evidence card since"
+        rounds = ", ".join(sorted({e.round for e in rejected}))
+        if all(e.pool is not None and e.pool.size > 1 for e in rejected):
+            size = len(pool or ())
+            return f"rejected by the gate in round(s) {rounds} in this same pool of {size}; no new evidence card since"
+        return f"rejected by the gate in round(s) {rounds}; no new evidence card since"
+
+
+def _bars(verdict: LedgerEntry, pool: Collection[str] | None) -> bool:
+    """Whether a `gate_rejected` verdict bars its edit from `pool` (None: from every pool).
+
+    The gate estimates an edit's effect averaged over random backgrounds of the other candidates, so
+    an edit rejected beside others may help alone or beside different ones (two edits that help
+    alone and hurt together are both rejected together); only the same pool again would repeat that
+    measurement. Alone, the verdict is about the edit itself. A verdict written before pools were
+    recorded (ledger schema 1) bars as it always did: its pool is unknown.
+    """
+    if verdict.pool is None or verdict.pool.size == 1:
+        return True
+    return pool is not None and frozenset(verdict.pool.proposal_ids) == frozenset(pool)

@@ -2,9 +2,13 @@
 
     config.py     GateConfig (the YAML), load_gate_config
     design.py     the pre-registered pairs and masks (mask_assignments.json)
+    power.py      the budget from K: the fewest pairs with power 0.8 under a conservative outcome model
+    sequential.py interim looks: alpha spending, the stopping rule (every candidate decided or futile)
+    plan.py       budget + design + looks of one gate (what the stage runs)
     manifest.py   input hashes; a resume refuses any difference
     (episodes)    shopsimrl/evaluation/runner.py, shared with `shopsimrl eval`; evaluations.jsonl
     estimate.py   OLS of paired deltas on the mask indicators, clustered by task; Holm; selection rule
+    guards.py     one gate per directory (a lock), one outcome per evaluation
     outputs.py    contributions.json, selected skillbank, ledger verdicts, the W&B Table rows
     stage.py      run_gate: all of the above, and one W&B record
     commands.py   `shopsimrl training online-gate CONFIG`

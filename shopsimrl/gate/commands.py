@@ -29,13 +29,14 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
     """
     from shopsimrl.evaluation.runner import RunnerAborted
     from shopsimrl.gate.config import load_gate_config
+    from shopsimrl.gate.guards import GateLocked
     from shopsimrl.gate.stage import run_gate
     from shopsimrl.models.smollm2 import ModelUnavailableError
 
     try:
         config = load_gate_config(config_path, parse_sets(sets, example="design.tasks=8"))
         result = run_gate(config, settings=wandb_settings, echo=click.echo, progress=not no_progress)
-    except (ConfigError, ModelUnavailableError) as exc:
+    except (ConfigError, ModelUnavailableError, GateLocked) as exc:
         raise click.ClickException(str(exc)) from None
     except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -57,7 +57,17 @@ class InputsConfig(_Strict):
 
 class DesignConfig(_Strict):
     tasks: int = Field(200, ge=1, le=MAX_HELD_OUT, description="validation tasks (the first N of the split)")
-    replicates: int = Field(3, ge=1, description="pairs per task, each with its own sampling seed and masks")
+    replicates: Annotated[int, Field(ge=1)] | Literal["power"] = Field(
+        "power", description="pairs per task, each with its own sampling seed and masks; 'power': the fewest pairs "
+        "whose power at +min_effect reaches 0.8 for this K (shopsimrl/gate/power.py)"
+    )
+    # The sequential gate (shopsimrl/gate/sequential.py, docs/gate.md "Sequential gate"); looks: 1 = a fixed gate.
+    looks: int = Field(5, ge=1, le=20, description="analyses at equal shares of the planned pairs, the last at the end")
+    spending_rho: float = Field(2.0, gt=0, le=10, description="alpha spent by share t of the pairs: alpha * t**rho")
+    futility: float = Field(
+        0.4, ge=0, lt=1, description="an undecided candidate whose conditional power is below this no longer holds "
+        "the gate open (0 = off; never decides anything)"
+    )
     pairing: Pairing = Pairing.COMPLEMENT
     seed: int = Field(0, ge=0, description="seeds the masks and the per-pair sampling seeds")
     split: Literal["validation"] = "validation"  # never seen by the Analyst (it reads train triage only)
@@ -65,11 +75,38 @@ class DesignConfig(_Strict):
     alpha: float = Field(
         0.025, gt=0, lt=0.5, description="one-sided family-wise error rate of each decision (Holm); 0.025 = a 95% interval"
     )
-    min_effect: float = Field(0.10, gt=0, le=1, description="smallest effect worth keeping (the rejection bound)")
+    # One rejection bound per outcome: a +0.10 edit on strict success moves partial-credit reward by a
+    # different amount, so one number cannot serve both (issue 26).
+    min_effect_success: float = Field(0.10, gt=0, le=1, description="smallest success effect worth keeping")
+    min_effect_reward: float = Field(0.10, gt=0, le=1, description="smallest reward effect worth keeping")
+    min_effect: float | None = Field(
+        None, gt=0, le=1, exclude=True, description="older form: one bound for both outcomes (folded into the two above)"
+    )
+
+    @model_validator(mode="after")
+    def _one_min_effect_form(self) -> DesignConfig:
+        """Fold the older single `min_effect` into the per-outcome bounds; refuse two forms that disagree."""
+        if self.min_effect is None:
+            return self
+        given = {"min_effect_success": self.min_effect_success, "min_effect_reward": self.min_effect_reward}
+        conflicts = [f"{name} {value:g}" for name, value in given.items()
+                     if name in self.model_fields_set and value != self.min_effect]  # fmt: skip
+        if conflicts:
+            raise ValueError(
+                f"min_effect {self.min_effect:g} (the older form: one bound for both outcomes) conflicts with "
+                f"{' and '.join(conflicts)}: give either min_effect or min_effect_success and min_effect_reward"
+            )
+        self.min_effect_success = self.min_effect_reward = self.min_effect
+        self.min_effect = None  # one source of truth from here on
+        return self
+
+    def min_effect_for(self, outcome: Outcome | str) -> float:
+        return self.min_effect_success if Outcome(outcome) is Outcome.SUCCESS else self.min_effect_reward
 
     @property
-    def episodes(self) -> int:
-        return self.tasks * self.replicates * 2
+    def episodes(self) -> int | None:
+        """Planned episodes of an explicit budget; None with `replicates: power` (it depends on K)."""
+        return None if self.replicates == "power" else self.tasks * self.replicates * 2
 
 
 class GateConfig(_Strict):

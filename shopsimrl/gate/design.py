@@ -14,7 +14,16 @@ Balance: for every candidate, each task's replicates are split as evenly as poss
 and off in arm `a` (so no task's difficulty leans on a candidate), an odd replicate is balanced
 across tasks, and the candidates are drawn independently of each other (one random stream each).
 
+Order: `task` lists every replicate of the first task, then of the second, ... (the fixed gate);
+`replicate` lists every task's first replicate, then every task's second, ... (the sequential gate,
+sequential.py: each interim look analyses a prefix of this order, so an early look sees every
+task). `pairs` keeps only the first N pairs of the order (a budget that is not a whole number of
+replicates: the last replicate then runs on the first tasks only, and the balance above holds for
+whole replicates).
+
     design = build_design(task_ids, candidates=["i1", "i2"], replicates=3, pairing="complement", seed=0)
+    design = build_design(task_ids, candidates=["i1"], replicates=3, pairing="complement", seed=0,
+                          order="replicate", pairs=500)
     design.to_json(); Design.from_json(raw)
 """
 
@@ -22,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -117,36 +126,45 @@ def build_design(
     replicates: int,
     pairing: Pairing | str,
     seed: int,
+    order: Literal["task", "replicate"] = "task",
+    pairs: int | None = None,
 ) -> Design:
-    """The design for `task_ids` x `replicates` pairs; a pure function of its arguments."""
+    """The design for `task_ids` x `replicates` pairs (the first `pairs` of them in `order`); a pure function
+    of its arguments."""
     if replicates < 1:
         raise ValueError(f"replicates={replicates}: at least 1")
     if len(set(task_ids)) != len(task_ids):
         raise ValueError("task_ids contains duplicates")
+    if order not in ("task", "replicate"):
+        raise ValueError(f"order={order!r}: 'task' or 'replicate'")
+    if pairs is not None and not 0 < pairs <= len(task_ids) * replicates:
+        raise ValueError(f"pairs={pairs}: between 1 and tasks x replicates = {len(task_ids) * replicates}")
     pairing = Pairing(pairing)
     on_a = np.stack([_balanced_column(len(task_ids), replicates, seed, k) for k in range(len(candidates))], axis=-1) \
         if candidates else np.zeros((len(task_ids), replicates, 0), dtype=np.int8)
-    pairs = []
-    for t, task_id in enumerate(task_ids):
-        for r in range(replicates):
-            row = on_a[t, r]
-            mask_a = tuple(c for c, on in zip(candidates, row, strict=True) if on)
-            if pairing is Pairing.COMPLEMENT:
-                mask_b = tuple(c for c, on in zip(candidates, row, strict=True) if not on)
-            else:
-                mask_b = ()
-            pairs.append(
-                Pair(
-                    pair_id=f"{task_id}/r{r}",
-                    task_id=task_id,
-                    replicate=r,
-                    sampling_seed=derived_seed(seed, "sampling", task_id, r),
-                    env_seed=derived_seed(seed, "environment", task_id, r),
-                    mask_a=mask_a,
-                    mask_b=mask_b,
-                )
+    cells = [(t, r) for t in range(len(task_ids)) for r in range(replicates)]
+    if order == "replicate":
+        cells.sort(key=lambda cell: (cell[1], cell[0]))
+    listed = []
+    for t, r in cells[:pairs]:
+        task_id, row = task_ids[t], on_a[t, r]
+        mask_a = tuple(c for c, on in zip(candidates, row, strict=True) if on)
+        if pairing is Pairing.COMPLEMENT:
+            mask_b = tuple(c for c, on in zip(candidates, row, strict=True) if not on)
+        else:
+            mask_b = ()
+        listed.append(
+            Pair(
+                pair_id=f"{task_id}/r{r}",
+                task_id=task_id,
+                replicate=r,
+                sampling_seed=derived_seed(seed, "sampling", task_id, r),
+                env_seed=derived_seed(seed, "environment", task_id, r),
+                mask_a=mask_a,
+                mask_b=mask_b,
             )
-    return Design(tuple(candidates), pairing, seed, tuple(pairs))
+        )
+    return Design(tuple(candidates), pairing, seed, tuple(listed))
 
 
 def _balanced_column(num_tasks: int, replicates: int, seed: int, k: int) -> np.ndarray:

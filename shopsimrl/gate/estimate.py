@@ -10,13 +10,19 @@ averaged over the random background of the other candidates (interactions averag
 balanced 1/2 design). Standard errors are cluster-robust by task (several replicates of one task
 are not independent), with t inference on (tasks - 1) degrees of freedom.
 
-Selection rule, with Holm's step-down correction across the K candidates for each family:
+Selection rule, with Holm's step-down correction across the K candidates for each family, stated
+on the reported (Holm-adjusted) interval [ci_low, ci_high] so that the interval and the decision
+cannot disagree:
 
-* `selected`: the one-sided test of H0 beta_k <= 0 rejects at alpha (adjusted); with the default
-  alpha = 0.025 that is "the Holm-adjusted two-sided 95% interval lies above 0";
-* `rejected`: otherwise, the one-sided test of H0 beta_k >= min_effect rejects at alpha (adjusted):
-  the candidate is credibly worse than the smallest effect worth keeping (harmful ones included);
+* `selected` <=> ci_low > 0: the one-sided test of H0 beta_k <= 0 rejects (Holm at alpha);
+* `rejected` <=> not selected and ci_high < min_effect: the one-sided test of H0 beta_k >= min_effect
+  rejects (Holm): credibly worse than the smallest effect worth keeping (harmful ones included);
 * `insufficient`: neither (or the data cannot identify beta_k): more pairs are needed.
+
+Each bound inverts Holm's step-down at the candidate's own level alpha / m_k (`holm_divisors`), so it
+also carries the step-down's stopping rule: a candidate whose own test would pass but that Holm never
+reaches (an earlier step failed) gets ci_low <= 0. The unadjusted (1 - 2 alpha) interval is reported
+beside it as `unadjusted_ci_low` / `unadjusted_ci_high` and decides nothing.
 
     effects = estimate_effects(observations, candidates, alpha=0.05, min_effect=0.10)
 """
@@ -24,7 +30,7 @@ Selection rule, with Holm's step-down correction across the K candidates for eac
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -61,8 +67,10 @@ class Effect:
     intervention_id: str
     coefficient: float | None
     se: float | None
-    ci_low: float | None  # two-sided (1 - 2 alpha) interval, not adjusted: 95% at alpha = 0.025
-    ci_high: float | None
+    ci_low: float | None  # Holm-adjusted lower bound: selected <=> ci_low > 0
+    ci_high: float | None  # Holm-adjusted upper bound: rejected <=> not selected and ci_high < min_effect
+    unadjusted_ci_low: float | None  # two-sided (1 - 2 alpha) interval, not adjusted for K: decides nothing
+    unadjusted_ci_high: float | None
     p_benefit: float | None  # one-sided, H0: beta <= 0
     p_benefit_adjusted: float | None  # Holm across the K candidates
     p_below_min_effect: float | None  # one-sided, H0: beta >= min_effect
@@ -84,6 +92,8 @@ class Estimate:
     tasks: int
     intercept: float | None
     df: int | None
+    alpha: float
+    min_effect: float  # the rejection bound this outcome was decided against
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +101,8 @@ class Estimate:
             "tasks": self.tasks,
             "intercept": self.intercept,
             "df": self.df,
+            "alpha": self.alpha,
+            "min_effect": self.min_effect,
             "effects": [effect.to_json() for effect in self.effects],
         }
 
@@ -105,14 +117,18 @@ def estimate_effects(
     """Fit the model on `observations` (in design order, for byte-identical results) and decide."""
     k = len(candidates)
     tasks = sorted({obs.task_id for obs in observations})
+
+    def undecided(reason: str) -> Estimate:
+        return Estimate(_undecided(candidates, reason), len(observations), len(tasks), None, None, alpha, min_effect)
+
     if k == 0:
-        return Estimate((), len(observations), len(tasks), None, None)
+        return undecided("")
     if len(tasks) < MIN_TASKS or len(observations) <= k + 1:
         reason = (
             f"{len(observations)} scored pairs from {len(tasks)} tasks: too few to estimate {k} effects "
             f"(clustered standard errors need at least {MIN_TASKS} tasks)"
         )
-        return Estimate(_undecided(candidates, reason), len(observations), len(tasks), None, None)
+        return undecided(reason)
 
     y = np.array([obs.delta for obs in observations], dtype=np.float64)
     d = np.array([obs.indicators for obs in observations], dtype=np.float64).reshape(len(observations), k)
@@ -123,10 +139,10 @@ def estimate_effects(
     x = np.column_stack([np.ones(len(y)), d[:, usable]])
     if np.linalg.matrix_rank(x) < x.shape[1]:
         reason = "the indicators of the scored pairs are collinear (design too small)"
-        return Estimate(_undecided(candidates, reason), len(observations), len(tasks), None, None)
+        return undecided(reason)
     if np.ptp(y) == 0:
         reason = f"every paired delta is {y[0]:g}: no variation to estimate from"
-        return Estimate(_undecided(candidates, reason), len(observations), len(tasks), None, None)
+        return undecided(reason)
 
     import statsmodels.api as sm
     from scipy import stats
@@ -148,19 +164,38 @@ def estimate_effects(
         p_below[j] = float(stats.t.cdf((coef[j] - min_effect) / se[j], df))
     # Holm over all K candidates: one without a p-value counts as p = 1 (it never rejects, and the
     # family size stays K, so an unidentified candidate cannot loosen the others' thresholds).
-    benefit_reject, benefit_adj = _holm([p_benefit.get(j, 1.0) for j in range(k)], alpha, multipletests)
-    below_reject, below_adj = _holm([p_below.get(j, 1.0) for j in range(k)], alpha, multipletests)
+    benefit_adj = _holm([p_benefit.get(j, 1.0) for j in range(k)], alpha, multipletests)
+    below_adj = _holm([p_below.get(j, 1.0) for j in range(k)], alpha, multipletests)
+    critical = [0.0] + [float(stats.t.isf(alpha / m, df)) for m in range(1, k + 1)]  # one-sided, level alpha/m
+
+    def low(j: int, m: int) -> float:
+        return coef[j] - se[j] * critical[m]
+
+    def high(j: int, m: int) -> float:
+        return coef[j] + se[j] * critical[m]
+
+    # The decisions are read off the very numbers that are reported, so they agree exactly.
+    # Holm's order in each family: the largest t statistic (smallest p) first.
+    tested = sorted(p_benefit, key=lambda j: (-coef[j] / se[j], j))
+    below = sorted(p_below, key=lambda j: (-(min_effect - coef[j]) / se[j], j))
+    low_divisor = holm_divisors(tested, k, lambda j, m: low(j, m) > 0)
+    high_divisor = holm_divisors(below, k, lambda j, m: high(j, m) < min_effect)
+    ci_low = {j: low(j, low_divisor[j]) for j in tested}
+    ci_high = {j: high(j, high_divisor[j]) for j in tested}
 
     order = sorted(range(k), key=lambda j: (j not in coef, -coef.get(j, 0.0), j))
     rank = {j: position + 1 for position, j in enumerate(order)}
     effects = []
     for j, intervention_id in enumerate(candidates):
-        if j in p_benefit and benefit_reject[j]:
-            status, reason = Status.SELECTED, f"Holm-adjusted one-sided p = {benefit_adj[j]:.4g} < {alpha:g} for beta > 0"
-        elif j in p_below and below_reject[j]:
-            status, reason = (
-                Status.REJECTED,
-                f"Holm-adjusted one-sided p = {below_adj[j]:.4g} < {alpha:g} for beta < {min_effect:g}",
+        if j in ci_low and ci_low[j] > 0:
+            status, reason = Status.SELECTED, (
+                f"Holm-adjusted lower bound {ci_low[j]:+.4g} > 0 (adjusted one-sided p = {benefit_adj[j]:.4g}, "
+                f"alpha {alpha:g})"
+            )
+        elif j in ci_high and ci_high[j] < min_effect:
+            status, reason = Status.REJECTED, (
+                f"Holm-adjusted upper bound {ci_high[j]:+.4g} < min_effect {min_effect:g} (adjusted one-sided "
+                f"p = {below_adj[j]:.4g}, alpha {alpha:g})"
             )
         elif j in reasons:
             status, reason = Status.INSUFFICIENT, reasons[j]
@@ -171,27 +206,57 @@ def estimate_effects(
                 intervention_id=intervention_id,
                 coefficient=coef.get(j),
                 se=se.get(j),
-                ci_low=bounds[j][0] if j in bounds else None,
-                ci_high=bounds[j][1] if j in bounds else None,
+                ci_low=ci_low.get(j),
+                ci_high=ci_high.get(j),
+                unadjusted_ci_low=bounds[j][0] if j in bounds else None,
+                unadjusted_ci_high=bounds[j][1] if j in bounds else None,
                 p_benefit=p_benefit.get(j),
-                p_benefit_adjusted=float(benefit_adj[j]) if j in p_benefit else None,
+                p_benefit_adjusted=benefit_adj[j] if j in p_benefit else None,
                 p_below_min_effect=p_below.get(j),
-                p_below_min_effect_adjusted=float(below_adj[j]) if j in p_below else None,
+                p_below_min_effect_adjusted=below_adj[j] if j in p_below else None,
                 status=status,
                 reason=reason,
                 rank=rank[j],
             )
         )
-    return Estimate(tuple(effects), len(observations), len(tasks), float(fit.params[0]), df)
+    return Estimate(tuple(effects), len(observations), len(tasks), float(fit.params[0]), df, alpha, min_effect)
 
 
-def _holm(pvalues: list[float], alpha: float, multipletests: Any) -> tuple[list[bool], list[float]]:
-    reject, adjusted, _, _ = multipletests(pvalues, alpha=alpha, method="holm")
-    return [bool(r) for r in reject], [float(p) for p in adjusted]
+def holm_divisors(order: Sequence[int], k: int, clears: Callable[[int, int], bool]) -> dict[int, int]:
+    """Each candidate's Holm level as a divisor m (its test runs at alpha / m), stopping rule included.
+
+    Holm tests `order` (most significant first) at alpha / k, alpha / (k - 1), ... and stops at the
+    first test that fails; `clears(j, m)` says whether candidate j's test passes at alpha / m. Leave
+    candidate i out and let s_i be how many of the others the step-down passes before its first
+    failure: Holm rejects i exactly when i's own test passes at alpha / (k - s_i), so i's bound at
+    that level crosses its threshold exactly when Holm decides. Why, with t = i's position in the
+    full order: if t <= s_i, the other sorted right after i passed at alpha / (k - t + 1) <=
+    alpha / (k - s_i), so i (at least as significant) passes both and Holm rejects it; if
+    t = s_i + 1, Holm tests i at exactly alpha / (k - s_i); if t > s_i + 1, the other at position
+    s_i + 1 fails at alpha / (k - s_i), Holm stops before i, and i (less significant) fails that
+    level too. Candidates not in `order` count as never passing (p = 1) but still count in k.
+    """
+    divisors = {}
+    for i in order:
+        passed = 0
+        for j in order:
+            if j == i:
+                continue
+            if not clears(j, k - passed):
+                break
+            passed += 1
+        divisors[i] = k - passed
+    return divisors
+
+
+def _holm(pvalues: list[float], alpha: float, multipletests: Any) -> list[float]:
+    """Holm-adjusted p-values, reported beside the bounds (the bounds decide)."""
+    _, adjusted, _, _ = multipletests(pvalues, alpha=alpha, method="holm")
+    return [float(p) for p in adjusted]
 
 
 def _undecided(candidates: Sequence[str], reason: str) -> tuple[Effect, ...]:
     return tuple(
-        Effect(c, None, None, None, None, None, None, None, None, Status.INSUFFICIENT, reason, position + 1)
+        Effect(c, None, None, None, None, None, None, None, None, None, None, Status.INSUFFICIENT, reason, position + 1)
         for position, c in enumerate(candidates)
     )

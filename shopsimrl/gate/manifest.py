@@ -46,6 +46,7 @@ def check_resume(stored: dict[str, Any], fresh: dict[str, Any], source: str) -> 
     """Raise `ManifestMismatchError` listing every difference between the stored and the fresh manifest."""
     if stored.get("schema_version") != MANIFEST_SCHEMA_VERSION:
         raise ManifestMismatchError(source, [f"schema_version {stored.get('schema_version')!r} is not {MANIFEST_SCHEMA_VERSION}"])
+    stored = _upgraded(stored)
     problems = []
     for key in _COMPARED:
         old, new = stored.get(key), fresh.get(key)
@@ -58,3 +59,18 @@ def check_resume(stored: dict[str, Any], fresh: dict[str, Any], source: str) -> 
     if problems:
         problems.append("refusing to resume: use a new round (runs directory) or restore the inputs")
         raise ManifestMismatchError(source, problems)
+
+
+def _upgraded(stored: dict[str, Any]) -> dict[str, Any]:
+    """A manifest written before the per-outcome `min_effect` (issue 26) as it would be written now.
+
+    Its design held one `min_effect` for both outcomes; the config now folds that form into
+    `min_effect_success` and `min_effect_reward`. Without this, a gate started before the change could
+    not resume, though nothing it ran on changed.
+    """
+    design = stored.get("design")
+    if not isinstance(design, dict) or "min_effect" not in design:
+        return stored
+    design = dict(design)
+    bound = design.pop("min_effect")
+    return stored | {"design": design | {"min_effect_success": bound, "min_effect_reward": bound}}

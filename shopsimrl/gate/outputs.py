@@ -3,10 +3,12 @@
     online_gate_manifest.json   inputs' hashes and the design (manifest.py)
     mask_assignments.json       the pre-registered design (design.py)
     evaluations.jsonl           one line per finished attempt (shopsimrl/evaluation/runner.py; the audit record)
-    contributions.json          per candidate: coefficient, SE, CI, p-values, rank, status (both outcomes)
+    contributions.json          per candidate: coefficient, SE, the deciding (Holm-adjusted) interval and the
+                                unadjusted one, p-values, rank, status (both outcomes)
     selected_skillbank.json     the current skillbank with the selected interventions applied
     selected_skill.md           the same, for people
-    proposal_ledger.jsonl       the Analyst's ledger with one gate verdict per candidate appended
+    proposal_ledger.jsonl       the Analyst's ledger with one gate verdict per candidate appended, each with
+                                the pool it was measured in
 
 contributions.json holds no timestamp and is built from the evaluations in design order, so the
 same evaluations always give the same bytes (a resumed gate equals an uninterrupted one).
@@ -24,6 +26,7 @@ from shopsimrl.gate.design import Design
 from shopsimrl.gate.estimate import Estimate, Status
 from shopsimrl.rollout.candidates import (
     CandidatePool,
+    GatePool,
     LedgerEntry,
     LedgerEvent,
     apply_interventions,
@@ -50,8 +53,16 @@ ARTIFACT_FILES = (
     LEDGER_FILE,
     MASK_ASSIGNMENTS_FILE,
 )
-CONTRIBUTIONS_SCHEMA_VERSION = 1
-TABLE_COLUMNS = ("intervention_id", "logical_chunk_id", "operation", "coefficient", "rank", "status")
+# 2: ci_low/ci_high are the Holm-adjusted interval that decides, unadjusted_ci_low/unadjusted_ci_high
+# the unadjusted one; each outcome's estimate names its alpha and min_effect; design_seed. Version 1
+# files hold the unadjusted interval under ci_low/ci_high (readers of either get the key they read).
+CONTRIBUTIONS_SCHEMA_VERSION = 2
+# The spec's six columns (section 5), then the deciding interval and the unadjusted one beside it.
+TABLE_COLUMNS = ("intervention_id", "logical_chunk_id", "operation", "coefficient", "rank", "status",
+                 "ci_low", "ci_high", "unadjusted_ci_low", "unadjusted_ci_high")  # fmt: skip
+# ci_low/ci_high: the Holm-adjusted interval that decided; the unadjusted one beside it.
+_LEDGER_DETAILS = ("coefficient", "se", "ci_low", "ci_high", "unadjusted_ci_low", "unadjusted_ci_high",
+                   "p_benefit_adjusted", "rank")  # fmt: skip
 _LEDGER_EVENT = {
     Status.SELECTED: LedgerEvent.GATE_SELECTED,
     Status.REJECTED: LedgerEvent.GATE_REJECTED,
@@ -110,6 +121,10 @@ def contributions_document(
                 "coefficient": effect.coefficient,
                 "rank": effect.rank,
                 "status": effect.status.value,
+                "ci_low": effect.ci_low,
+                "ci_high": effect.ci_high,
+                "unadjusted_ci_low": effect.unadjusted_ci_low,
+                "unadjusted_ci_high": effect.unadjusted_ci_high,
             }
         )
     return {
@@ -117,6 +132,7 @@ def contributions_document(
         "kind": "gate_contributions",
         "round": round_name,
         "pairing": design.pairing.value,
+        "design_seed": design.seed,
         "decided_on": decided_on,
         "summary": summary,
         "contributions": rows,
@@ -157,7 +173,11 @@ def render_skill_markdown(bank: Skillbank, round_name: str, selected: list[str])
 
 
 def write_ledger(gate_dir: Path, analyst_ledger: Path | None, pool: CandidatePool, document: dict[str, Any]) -> Path:
-    """Copy the Analyst's ledger (if any), then append one gate verdict per candidate."""
+    """Copy the Analyst's ledger (if any), then append one gate verdict per candidate.
+
+    Every verdict carries the whole pool (`GatePool`): it was measured beside those candidates, and
+    the Analyst reads it that way (shopsimrl/analyst/ledger.py).
+    """
     target = gate_dir / LEDGER_FILE
     copied = analyst_ledger.read_bytes() if analyst_ledger is not None and analyst_ledger.exists() else b""
     if copied and not copied.endswith(b"\n"):
@@ -165,6 +185,10 @@ def write_ledger(gate_dir: Path, analyst_ledger: Path | None, pool: CandidatePoo
     by_id = {item.intervention_id: item for item in pool.interventions}
     effects = {e["intervention_id"]: e for e in document["estimates"][document["decided_on"]]["effects"]}
     now = datetime.now(UTC).isoformat(timespec="seconds")
+    ids = {item.intervention_id: item.proposal_id or proposal_id(item.operation, item.logical_chunk_id, item.text)
+           for item in pool.interventions}  # fmt: skip
+    measured_in = GatePool(proposal_ids=tuple(ids.values()), intervention_ids=tuple(ids), size=len(ids),
+                           design_seed=document["design_seed"])  # fmt: skip
     lines = []
     for row in document["contributions"]:
         item = by_id[row["intervention_id"]]
@@ -172,14 +196,15 @@ def write_ledger(gate_dir: Path, analyst_ledger: Path | None, pool: CandidatePoo
         entry = LedgerEntry(
             event=_LEDGER_EVENT[Status(row["status"])],
             round=document["round"],
-            proposal_id=item.proposal_id or proposal_id(item.operation, item.logical_chunk_id, item.text),
+            proposal_id=ids[item.intervention_id],
             logical_chunk_id=item.logical_chunk_id,
             operation=item.operation,
             text_sha256=text_sha256(item.text),
             intervention_id=item.intervention_id,
             evidence_card_ids=item.evidence_card_ids,
             reason=effect["reason"],
-            details={k: effect[k] for k in ("coefficient", "se", "ci_low", "ci_high", "p_benefit_adjusted", "rank")},
+            details={k: effect[k] for k in _LEDGER_DETAILS},
+            pool=measured_in,
             at=now,
         )
         lines.append(dumps_record(entry.model_dump(mode="json")) + "\n")

@@ -37,8 +37,9 @@ from shopsimrl.evaluation.runner import (
 )
 from shopsimrl.evaluation.serving import episode_options, load_generator
 from shopsimrl.gate.config import DesignConfig, GateConfig
-from shopsimrl.gate.design import ARMS, Design, build_design
+from shopsimrl.gate.design import ARMS, Design
 from shopsimrl.gate.estimate import Estimate, PairObservation, estimate_effects
+from shopsimrl.gate.guards import gate_lock, refuse_conflicting_finals
 from shopsimrl.gate.manifest import (
     build_manifest,
     check_resume,
@@ -60,6 +61,8 @@ from shopsimrl.gate.outputs import (
     write_ledger,
     write_selected_skillbank,
 )
+from shopsimrl.gate.plan import GatePlan, plan_gate, power_budget
+from shopsimrl.gate.sequential import LookDecision, annotate, decide_look
 from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
 from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
@@ -72,6 +75,7 @@ ARTIFACT_NAME = "shopsimrl-gate"
 TABLE_KEY = names.GATE_CHUNK_CONTRIBUTIONS_TABLE
 KEY_FIELDS = ("pair_id", "arm")  # what identifies an evaluation in evaluations.jsonl
 _VALIDATED = DesignConfig()  # the design bench/bench_gate.py validates (the shipped defaults)
+_POWER = 0.8  # the power a validated design reaches at +min_effect (shopsimrl/gate/power.py)
 
 
 @dataclass
@@ -104,18 +108,20 @@ def run_gate(
     echo: Callable[[str], None] = print,
     progress: bool = True,
 ) -> GateResult:
-    """Run (or resume) the gate the config describes. Raises ConfigError before any evaluation on bad input."""
-    gate_dir = config.gate_dir
+    """Run (or resume) the gate the config describes. Raises ConfigError before any evaluation on bad input,
+    GateLocked when another gate runs on the same directory."""
     inputs = _load_inputs(config)
+    with gate_lock(config.gate_dir):  # held to the end: two gates on one directory would interleave
+        return _run_locked(config, inputs, settings, echo, progress)
+
+
+def _run_locked(config: GateConfig, inputs: _Inputs, settings: WandbSettings | None, echo: Callable[[str], None],
+                progress: bool) -> GateResult:
+    gate_dir = config.gate_dir
     candidates = [item.intervention_id for item in inputs.pool.interventions]
     # Without a candidate there is nothing to compare: no episode runs and the skillbank stays as it is.
-    design = build_design(
-        [task.task_id for task in inputs.tasks] if candidates else [],
-        candidates=candidates,
-        replicates=config.design.replicates,
-        pairing=config.design.pairing,
-        seed=config.design.seed,
-    )
+    plan = plan_gate(config.design, [task.task_id for task in inputs.tasks] if candidates else [], candidates)
+    design = plan.design
     inputs.hashes["mask_assignments"] = json_sha256(design.to_json())
     _register(config, design, inputs.hashes, gate_dir)
     evaluations_path = gate_dir / EVALUATIONS_FILE
@@ -129,27 +135,48 @@ def run_gate(
             if retry:
                 echo(f"gate: {len(retry)} unscorable evaluations run again (more than "
                      f"generator.max_unscorable_fraction {config.generator.max_unscorable_fraction:.2f})")
-            todo = [  # a retried unscorable evaluation gets its attempts afresh (numbered from 1 again)
-                Todo(episode, 0 if episode.key in retry else state.attempts.get(episode.key, 0))
-                for episode in planned_episodes(design)
-                if episode.key not in state.final or episode.key in retry
-            ]
+            waiting = sum(1 for key in design.evaluation_keys() if key not in state.final or key in retry)
+            looks = f", {len(plan.looks)} looks: {', '.join(str(2 * look.pairs) for look in plan.looks)}" \
+                if plan.sequential else ""  # fmt: skip
             echo(
-                f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}), "
-                f"{design.planned - len(todo)} already final, {len(todo)} to run"
+                f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}{looks}), "
+                f"{design.planned - waiting} already final, {waiting} to run"
             )
-            if todo:
-                _run_evaluations(config, inputs, design, todo, evaluations_path, echo, progress)
-            state = _state(evaluations_path, design)
-            result.finished = len(state.final)
-            result.complete = result.finished == design.planned
-            if not result.complete:  # unreachable unless evaluations.jsonl is edited concurrently
-                raise RuntimeError(f"{design.planned - result.finished} evaluations are still missing")
-            problem = state.unscorable_problem(design.planned, config.generator.max_unscorable_fraction, "evaluations")
-            if problem is not None:  # a decision on what is left would hide an outage: none is written
-                result.complete = False
-                raise StageIncomplete(STAGE, f"{problem}; no decision written", result)
-            document = _decide(config, inputs, design, state.final)
+            run = _evaluator(config, inputs, evaluations_path, echo, progress)
+            # The sequential gate (sequential.py): the evaluations of each look's prefix of the design, then its
+            # estimate; a look depends only on the final records of its prefix, so a resume decides the same.
+            # A fixed gate is the one-look case.
+            for look in plan.looks:
+                todo = [  # a retried unscorable evaluation gets its attempts afresh (numbered from 1 again)
+                    Todo(episode, 0 if episode.key in retry else state.attempts.get(episode.key, 0))
+                    for episode in planned_episodes(design)[: 2 * look.pairs]
+                    if episode.key not in state.final or episode.key in retry
+                ]
+                retry -= {item.episode.key for item in todo}
+                if todo:
+                    run(todo)
+                state = _state(evaluations_path, design)
+                final = {key: state.final[key] for key in design.evaluation_keys()[: 2 * look.pairs] if key in state.final}
+                result.finished = len(state.final)
+                if len(final) < 2 * look.pairs:  # unreachable unless evaluations.jsonl is edited concurrently
+                    raise RuntimeError(f"{2 * look.pairs - len(final)} evaluations are still missing")
+                problem = EvaluationState(final, {}, None).unscorable_problem(
+                    2 * look.pairs, config.generator.max_unscorable_fraction, "evaluations")
+                if problem is not None and look is plan.looks[-1]:  # a decision would hide an outage: none is written
+                    raise StageIncomplete(STAGE, f"{problem}; no decision written", result)
+                if problem is not None:  # nor does an interim look decide on what is left: the gate goes on
+                    continue
+                estimates = _estimates(config, design, final, look.alpha)
+                decision = decide_look(estimates[config.design.outcome.value], look, plan.looks,
+                                       min_effect=config.design.min_effect_for(config.design.outcome),
+                                       futility=config.design.futility)
+                if plan.sequential:
+                    echo(f"gate: {look.describe(len(plan.looks))}: "
+                         + ("stop" if decision.stop else "continue (a candidate is still open)"))
+                if decision.stop:
+                    break
+            result.complete = True
+            document = _decide(config, inputs, plan, final, estimates, decision)
             result.document = document
             result.lines = summary_lines(config, document)
             _log_complete(log, gate_dir, document)
@@ -279,8 +306,34 @@ def _register(config: GateConfig, design: Design, hashes: dict[str, str], gate_d
     atomic_write_json(manifest_path, fresh)  # last: its existence means the design is registered
 
 
-def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: list[Todo], path: Path,
-                     echo: Callable[[str], None], progress: bool) -> None:
+def _evaluator(config: GateConfig, inputs: _Inputs, path: Path, echo: Callable[[str], None],
+               progress: bool) -> Callable[[list[Todo]], None]:
+    """Runs a list of evaluations to final records; the generator is loaded on the first call only."""
+    runners: list[EpisodeRunner] = []
+
+    def run(todo: list[Todo]) -> None:
+        if not runners:
+            runners.append(_runner(config, inputs, path))
+        runner = runners[0]
+        counts = {"done": 0, "technical": 0}
+        step = max(1, len(todo) // 20)
+
+        def on_record(record: dict[str, Any]) -> None:
+            if record["status"] == EvaluationStatus.TECHNICAL_FAILURE:
+                counts["technical"] += 1
+                return
+            counts["technical"] += record["status"] == EvaluationStatus.UNSCORABLE
+            counts["done"] += 1
+            if progress and (counts["done"] % step == 0 or counts["done"] == len(todo)):
+                echo(f"gate: {counts['done']}/{len(todo)} evaluations final ({counts['technical']} technical failures so far)")
+
+        runner.on_record = on_record
+        asyncio.run(runner.run(todo))
+
+    return run
+
+
+def _runner(config: GateConfig, inputs: _Inputs, path: Path) -> EpisodeRunner:
     tokenizer, generator = load_generator(config.inputs.checkpoint, config.generator, seed=config.design.seed,
                                           tokenizer_dir=config.inputs.tokenizer)
     options = episode_options(config.gate_dir, config.episode, config.catalog, config.generator)
@@ -293,19 +346,7 @@ def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: 
             cache[mask] = [chunk.text for chunk in bank.active_chunks]
         return cache[mask]
 
-    counts = {"done": 0, "technical": 0}
-    step = max(1, len(todo) // 20)
-
-    def on_record(record: dict[str, Any]) -> None:
-        if record["status"] == EvaluationStatus.TECHNICAL_FAILURE:
-            counts["technical"] += 1
-            return
-        counts["technical"] += record["status"] == EvaluationStatus.UNSCORABLE
-        counts["done"] += 1
-        if progress and (counts["done"] % step == 0 or counts["done"] == len(todo)):
-            echo(f"gate: {counts['done']}/{len(todo)} evaluations final ({counts['technical']} technical failures so far)")
-
-    runner = EpisodeRunner(
+    return EpisodeRunner(
         tasks={task.task_id: task for task in inputs.tasks},
         catalog=inputs.catalog,
         tokenizer=tokenizer,
@@ -318,9 +359,7 @@ def _run_evaluations(config: GateConfig, inputs: _Inputs, design: Design, todo: 
         concurrency=config.generator.concurrency,
         max_attempts=config.generator.max_attempts,
         abort_after_consecutive_failures=config.generator.abort_after_consecutive_failures,
-        on_record=on_record,
     )
-    asyncio.run(runner.run(todo))
 
 
 def planned_episodes(design: Design) -> list[PlannedEpisode]:
@@ -357,15 +396,26 @@ def observations(design: Design, final: dict[tuple[str, str], dict[str, Any]], k
     return out
 
 
-def _decide(config: GateConfig, inputs: _Inputs, design: Design, final: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    estimates: dict[str, Estimate] = {}
-    for outcome, key in (("success", "success"), ("reward", "reward")):
-        estimates[outcome] = estimate_effects(
+def _estimates(config: GateConfig, design: Design, final: dict[tuple[str, str], dict[str, Any]],
+               alpha: float) -> dict[str, Estimate]:
+    """Both outcomes' estimates from `final` (a look's prefix of the design) at `alpha`."""
+    return {
+        outcome: estimate_effects(
             observations(design, final, key),
             design.candidates,
-            alpha=config.design.alpha,
-            min_effect=config.design.min_effect,
+            alpha=alpha,
+            min_effect=config.design.min_effect_for(outcome),
         )
+        for outcome, key in (("success", "success"), ("reward", "reward"))
+    }
+
+
+def _decide(config: GateConfig, inputs: _Inputs, plan: GatePlan, final: dict[tuple[str, str], dict[str, Any]],
+            estimates: dict[str, Estimate], decision: LookDecision) -> dict[str, Any]:
+    refuse_conflicting_finals(config.gate_dir / EVALUATIONS_FILE, KEY_FIELDS)  # `final` kept only the first
+    design = plan.design
+    decided_on = config.design.outcome.value
+    estimates = estimates | {decided_on: annotate(estimates[decided_on], decision, config.design.futility)}
     scored = sum(1 for record in final.values() if record["status"] == EvaluationStatus.SCORED)
     summary = {
         "planned": design.planned,
@@ -375,8 +425,10 @@ def _decide(config: GateConfig, inputs: _Inputs, design: Design, final: dict[tup
         "pairs_in_estimate": estimates[config.design.outcome.value].pairs,
         "tasks_in_estimate": estimates[config.design.outcome.value].tasks,
         "descriptive": descriptive(design, final),
-        "validated_design": _is_validated(config.design),
+        "validated_design": _is_validated(config.design, plan),
     }
+    if plan.sequential:
+        summary["sequential"] = decision.summary(len(design.pairs), config.design.futility)
     document = contributions_document(
         round_name=config.round,
         pool=inputs.pool,
@@ -393,13 +445,16 @@ def _decide(config: GateConfig, inputs: _Inputs, design: Design, final: dict[tup
     return document
 
 
-def _is_validated(design: DesignConfig) -> bool:
-    """At least the benchmarked design (tasks x replicates, fold-over pairing, alpha, min effect)."""
+def _is_validated(design: DesignConfig, plan: GatePlan) -> bool:
+    """At least the benchmarked design: the power budget for this K and task count (power.py), fold-over
+    pairing, alpha, min effect."""
+    needed = power_budget(design, candidates=len(plan.design.candidates), tasks=len({p.task_id for p in plan.design.pairs}))
     return (
-        design.tasks * design.replicates >= _VALIDATED.tasks * _VALIDATED.replicates
+        needed is not None
+        and len(plan.design.pairs) >= needed
         and design.pairing is _VALIDATED.pairing
         and design.alpha <= _VALIDATED.alpha
-        and design.min_effect >= _VALIDATED.min_effect
+        and design.min_effect_for(design.outcome) >= _VALIDATED.min_effect_for(_VALIDATED.outcome)
     )
 
 
@@ -444,11 +499,15 @@ def summary_lines(config: GateConfig, document: dict[str, Any]) -> list[str]:
         coefficient = "n/a" if effect["coefficient"] is None else f"{effect['coefficient']:+.3f}"
         interval = "" if effect["ci_low"] is None else f" [{effect['ci_low']:+.3f}, {effect['ci_high']:+.3f}]"
         lines.append(f"  {effect['intervention_id']}: {effect['status']:<12} beta={coefficient}{interval}  {effect['reason']}")
+    if "sequential" in summary:
+        seq = summary["sequential"]
+        lines.append(f"  sequential: stopped at look {seq['stopped_at_look']} of {seq['looks']} "
+                     f"({seq['pairs_analysed']} of {seq['pairs_planned']} pairs, alpha {seq['alpha_at_look']:g})")
     if not summary["validated_design"]:
         lines.append(
-            f"  note: smaller than the validated design ({_VALIDATED.tasks} tasks x {_VALIDATED.replicates} replicates, "
-            f"{_VALIDATED.pairing.value} pairing; docs/gate.md): power to detect +{_VALIDATED.min_effect:.2f} is below 0.8, "
-            "so 'insufficient' is the expected verdict"
+            f"  note: below the validated design (the power budget for this K and task count, "
+            f"{_VALIDATED.pairing.value} pairing; docs/gate.md): power to detect +{_VALIDATED.min_effect_success:.2f} "
+            f"is below {_POWER:g}, so 'insufficient' is the expected verdict"
         )
     selected = selected_ids(document)
     lines.append(f"  selected: {', '.join(selected) if selected else 'none'} -> {config.gate_dir / 'selected_skillbank.json'}")

@@ -184,9 +184,12 @@ class LocalDriver:
             rollout_temperature=driver.rollout_temperature,
             max_tokens_per_microbatch=driver.max_tokens_per_gpu,
         )
-        self.trainer = GrpoTrainer(model, optimizer, grpo, ref_model=ref_model)
         self.sink = sink
         self.on_event = on_event or (lambda _name, _data: None)
+        self.trainer = GrpoTrainer(
+            model, optimizer, grpo, ref_model=ref_model,
+            on_micro_batch=lambda done, total: self.on_event("micro_batch", {"done": done, "total": total}),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ rollout (RolloutManager side)
     async def _generate_and_rm(self, sample: Any, sampling_params: dict[str, Any]) -> Any:

@@ -23,7 +23,7 @@ vocabulary projection (49k wide for SmolLM2) is applied to the response position
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,8 +207,11 @@ def score_responses(
 ) -> ScoredResponses:
     """Log-probs (and entropy) of the response tokens of `items[indices]`.
 
-    One padded forward pass, or, when the samples share a prompt prefix (the n samples of a group),
-    the prefix once and the remainders on top of its KV cache (far fewer tokens through the model).
+    A sample whose tokens begin another sample's of the same trajectory (an earlier turn's segment:
+    the later one holds the whole conversation so far) is read off the longer one's pass, so each
+    trajectory runs once (`sequence_rows`). Then one padded forward pass, or, when the rows share a
+    prompt prefix (the n samples of a group), the prefix once and the remainders on top of its KV
+    cache (far fewer tokens through the model).
     The vocabulary projection is applied at response positions only; with `loss_positions_only`, at
     the positions whose loss mask is 1 only, and the others score 0. Every loss and metric of a step
     multiplies by the loss mask, so they are unchanged, while the projection and the softmax over
@@ -224,11 +227,13 @@ def score_responses(
     for row, i in enumerate(indices):
         targets.extend(items[i].tokens[lengths[row] - items[i].response_length :])
         sizes.append(items[i].response_length)
-    prefix = _shared_prompt_prefix(items, indices)
-    if prefix >= MIN_SHARED_PREFIX and len(indices) > 1:
-        selected = _hidden_with_shared_prefix(model, items, indices, prefix, device)
+    rows, row_of = sequence_rows(items, indices)
+    positions = _response_positions(items, indices, row_of)
+    prefix = _shared_prompt_prefix(items, rows)
+    if prefix >= MIN_SHARED_PREFIX and len(rows) > 1:
+        selected = _hidden_with_shared_prefix(model, items, rows, prefix, positions, device)
     else:
-        selected = _hidden_padded(model, items, indices, device)
+        selected = _hidden_padded(model, items, rows, positions, device)
     target_ids = torch.tensor(targets, device=device)
     keep = None
     if loss_positions_only:
@@ -257,31 +262,67 @@ def _at_response_positions(values: torch.Tensor, keep: torch.Tensor | None) -> t
 MIN_SHARED_PREFIX = 16  # below this, one padded pass is as cheap as the two-pass prefix path
 
 
-def _response_positions(items: Sequence[TrainItem], indices: Sequence[int]) -> list[tuple[int, int]]:
+def sequence_rows(items: Sequence[TrainItem], indices: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The samples the decoder must run (rows) and, for each of `indices`, the row that holds it.
+
+    A causal decoder's hidden state at a position depends on the tokens up to it alone, so a sample
+    that is a token prefix of another of its trajectory (turn k's segment inside turn k+1's) has its
+    hidden states inside the longer sample's pass: the same values and the same gradients.
+    """
+    rows: list[int] = []
+    row_of: list[int] = []
+    for i in indices:
+        row = _row_holding(items, rows, i)
+        if row is None:
+            rows.append(i)
+            row = len(rows) - 1
+        elif len(items[i].tokens) > len(items[rows[row]].tokens):
+            rows[row] = i  # the longer sample holds the shorter one, and every sample it held
+        row_of.append(row)
+    return rows, row_of
+
+
+def _row_holding(items: Sequence[TrainItem], rows: Sequence[int], i: int) -> int | None:
+    """The row of `i`'s trajectory that `i` begins or that begins `i`, if any."""
+    tokens = items[i].tokens
+    for row, r in enumerate(rows):
+        if items[r].rollout_key != items[i].rollout_key:
+            continue
+        other = items[r].tokens
+        shorter = min(len(tokens), len(other))
+        if list(tokens[:shorter]) == list(other[:shorter]):
+            return row
+    return None
+
+
+def _response_positions(
+    items: Sequence[TrainItem], indices: Sequence[int], row_of: Sequence[int]
+) -> list[tuple[int, int]]:
     """(row, position) of every hidden state that predicts a response token, in item order.
 
-    Response token j of a sample of length L and response R sits at L-R+j and is predicted from L-R+j-1.
+    Response token j of a sample of length L and response R sits at L-R+j and is predicted from L-R+j-1;
+    a sample held by a longer row has the same positions there.
     """
     out = []
-    for row, i in enumerate(indices):
+    for row, i in zip(row_of, indices, strict=True):
         length, response = len(items[i].tokens), items[i].response_length
         out.extend((row, pos) for pos in range(length - response - 1, length - 1))
     return out
 
 
 def _hidden_padded(
-    model: Any, items: Sequence[TrainItem], indices: Sequence[int], device: Any
+    model: Any, items: Sequence[TrainItem], rows: Sequence[int], positions: Sequence[tuple[int, int]], device: Any
 ) -> torch.Tensor:
-    lengths = [len(items[i].tokens) for i in indices]
-    input_ids = torch.zeros((len(indices), max(lengths)), dtype=torch.long, device=device)
+    lengths = [len(items[i].tokens) for i in rows]
+    input_ids = torch.zeros((len(rows), max(lengths)), dtype=torch.long, device=device)
     attention = torch.zeros_like(input_ids)
-    for row, i in enumerate(indices):
+    for row, i in enumerate(rows):
         input_ids[row, : lengths[row]] = torch.as_tensor(list(items[i].tokens), dtype=torch.long)
         attention[row, : lengths[row]] = 1
     decoder = getattr(model, model.base_model_prefix)
     hidden = decoder(input_ids=input_ids, attention_mask=attention, use_cache=False).last_hidden_state
-    rows, cols = zip(*_response_positions(items, indices), strict=True)
-    return hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
+    row_ids, cols = zip(*positions, strict=True)
+    return hidden[torch.tensor(row_ids, device=device), torch.tensor(cols, device=device)]
 
 
 def _shared_prompt_prefix(items: Sequence[TrainItem], indices: Sequence[int]) -> int:
@@ -295,7 +336,12 @@ def _shared_prompt_prefix(items: Sequence[TrainItem], indices: Sequence[int]) ->
 
 
 def _hidden_with_shared_prefix(
-    model: Any, items: Sequence[TrainItem], indices: Sequence[int], prefix: int, device: Any
+    model: Any,
+    items: Sequence[TrainItem],
+    indices: Sequence[int],
+    prefix: int,
+    positions: Sequence[tuple[int, int]],
+    device: Any,
 ) -> torch.Tensor:
     """The decoder runs the shared prompt prefix once and every sample's remainder on top of its cache.
 
@@ -322,26 +368,40 @@ def _hidden_with_shared_prefix(
     flat = torch.cat([prefix_hidden, suffix_hidden.reshape(-1, suffix_hidden.shape[-1])])
     where = [
         pos if pos < prefix else prefix + row * width + (pos - prefix)
-        for row, pos in _response_positions(items, indices)
+        for row, pos in positions
     ]
     return flat[torch.tensor(where, device=device)]
 
 
 def micro_batches(items: Sequence[TrainItem], indices: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Consecutive groups of samples whose padded size (rows x longest) stays within `max_tokens`."""
+    """Consecutive groups of samples whose forward cost stays within `max_tokens` token positions.
+
+    The cost is what `score_responses` runs through the decoder (`forward_positions`): a trajectory's
+    earlier segments ride on its longest one, and a prompt shared by the rows runs once. slime's
+    `--max-tokens-per-gpu` counts every sample's tokens instead; on the demo's multi-turn rollouts
+    (4 growing segments a trajectory, a shared system prompt) the same budget then packs a group's
+    trajectories into one or two passes instead of a dozen (bench/bench_microbatch.py).
+    """
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
     for i in indices:
-        length = len(items[i].tokens)
-        if current and max(longest, length) * (len(current) + 1) > max_tokens:
+        if current and forward_positions(items, [*current, i]) > max_tokens:
             batches.append(current)
-            current, longest = [], 0
+            current = []
         current.append(i)
-        longest = max(longest, length)
     if current:
         batches.append(current)
     return batches
+
+
+def forward_positions(items: Sequence[TrainItem], indices: Sequence[int]) -> int:
+    """Token positions the decoder computes to score `items[indices]` (see `score_responses`)."""
+    rows, _ = sequence_rows(items, indices)
+    longest = max(len(items[i].tokens) for i in rows)
+    prefix = _shared_prompt_prefix(items, rows)
+    if len(rows) > 1 and prefix >= MIN_SHARED_PREFIX:
+        return prefix + len(rows) * (longest - prefix)
+    return len(rows) * longest
 
 
 @dataclass
@@ -357,7 +417,12 @@ class GrpoTrainer:
     """Runs the optimizer steps of one rollout at a time on an in-process model."""
 
     def __init__(
-        self, model: Any, optimizer: torch.optim.Optimizer, config: GrpoConfig, ref_model: Any | None = None
+        self,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        config: GrpoConfig,
+        ref_model: Any | None = None,
+        on_micro_batch: Callable[[int, int], None] | None = None,
     ):
         if config.use_kl_loss and ref_model is None:
             raise ValueError("use_kl_loss needs a reference model")
@@ -365,6 +430,8 @@ class GrpoTrainer:
         self.optimizer = optimizer
         self.config = config
         self.ref_model = ref_model
+        # (done, total) after each micro-batch's backward: an update takes minutes on a CPU
+        self.on_micro_batch = on_micro_batch or (lambda _done, _total: None)
 
     def _score_all(
         self, model: Any, items: Sequence[TrainItem], indices: Sequence[int]
@@ -439,7 +506,8 @@ class GrpoTrainer:
         num_rollouts = len({items[i].rollout_key for i in step})
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
-        for batch in micro_batches(items, step, cfg.max_tokens_per_microbatch):
+        batches = micro_batches(items, step, cfg.max_tokens_per_microbatch)
+        for done, batch in enumerate(batches, start=1):
             scored = score_responses(
                 self.model,
                 items,
@@ -476,6 +544,7 @@ class GrpoTrainer:
             # Each micro-batch already carries the step's global denominators, so sums add up exactly.
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
+            self.on_micro_batch(done, len(batches))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
         self.optimizer.step()
         logged = dict(totals)

@@ -16,6 +16,8 @@ class ProgressPrinter:
         self.enabled = enabled
         self._warm: tqdm | None = None
         self._train: tqdm | None = None
+        self._last: dict[str, str] = {}  # the last rollout's reward, kept beside the phase
+        self._groups = 0  # groups finished in the rollout under way
 
     def on_event(self, name: str, data: dict[str, Any]) -> None:
         if not self.enabled:
@@ -29,17 +31,24 @@ class ProgressPrinter:
             if probe is not None:
                 postfix["probe_reward"] = f"{probe.mean_reward:.2f}"
             self._warm.set_postfix(postfix)
-        elif name in ("wave", "group", "train_step", "rollout_logged"):
+        elif name in ("wave", "group", "micro_batch", "train_step", "rollout_logged"):
             if self._warm is not None:
                 self._warm.close()
                 self._warm = None
             if self._train is None:
                 d = self.config.driver
                 self._train = tqdm(total=d.num_rollout * d.num_steps_per_rollout, desc="GRPO", unit="step")
-            if name == "rollout_logged":
+            if name == "group":
+                self._groups += 1
+                self._train.set_postfix({**self._last, "rollout": f"{self._groups} groups"})
+            elif name == "micro_batch":
+                self._groups = 0
+                self._train.set_postfix({**self._last, "update": f"{data['done']}/{data['total']} micro-batches"})
+            elif name == "rollout_logged":
                 row = data["row"]
                 if m.REWARD_MEAN.name in row:
-                    self._train.set_postfix({"reward": f"{row[m.REWARD_MEAN.name]:.3f}"})
+                    self._last = {"reward": f"{row[m.REWARD_MEAN.name]:.3f}"}
+                    self._train.set_postfix(self._last)
             elif name == "train_step":
                 self._train.update(1)
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shopsimrl.rollout.skillbank import CHUNK_ID_PATTERN, Skillbank, SkillChunk, validate_skillbank
 
 CANDIDATE_POOL_SCHEMA_VERSION = 1
-LEDGER_SCHEMA_VERSION = 1
+LEDGER_SCHEMA_VERSION = 2  # 2: gate verdicts carry the pool they were measured in (`GatePool`)
 
 
 class Operation(StrEnum):
@@ -85,9 +85,30 @@ class LedgerEvent(StrEnum):
     GATE_INSUFFICIENT = "gate_insufficient"
 
 
+class GatePool(BaseModel):
+    """The pool a gate verdict was measured in. A verdict is conditional on it: the gate estimates an
+    edit's effect averaged over random backgrounds of the other candidates, so an edit rejected beside
+    others says little about the edit alone (docs/gate.md, "Ledger verdicts")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    proposal_ids: tuple[str, ...]  # every candidate of the gate, in pool order (stable across rounds)
+    intervention_ids: tuple[str, ...]  # the same candidates' ids in that round's pool
+    size: int
+    design_seed: int | None = None  # the gate's design seed, when known
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GatePool:
+        if not (self.size == len(self.proposal_ids) == len(self.intervention_ids)):
+            raise ValueError(
+                f"pool size {self.size} but {len(self.proposal_ids)} proposal ids and "
+                f"{len(self.intervention_ids)} intervention ids"
+            )
+        return self
+
+
 class LedgerEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    schema_version: Literal[1] = LEDGER_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = LEDGER_SCHEMA_VERSION  # 1: written before pools were recorded
     kind: Literal["proposal_ledger"] = "proposal_ledger"
     event: LedgerEvent
     round: str
@@ -99,6 +120,7 @@ class LedgerEntry(BaseModel):
     evidence_card_ids: tuple[str, ...] = ()
     reason: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+    pool: GatePool | None = None  # gate verdicts only; None on the Analyst's events and on version 1 lines
     at: str  # UTC ISO-8601
 
 

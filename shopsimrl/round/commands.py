@@ -83,6 +83,7 @@ def _round_errors() -> Iterator[None]:
     from shopsimrl.analyst.sidecar import CardsLockedError
     from shopsimrl.analyst.stage import AnalysisError
     from shopsimrl.evaluation.runner import RunnerAborted
+    from shopsimrl.gate.guards import GateLocked
     from shopsimrl.models.checkpoint import CheckpointError
     from shopsimrl.models.smollm2 import ModelUnavailableError
     from shopsimrl.round.state import RoundError
@@ -90,7 +91,7 @@ def _round_errors() -> Iterator[None]:
     try:
         yield
     except (ConfigError, RoundError, CheckpointError, StartupError, StorageError, ModelUnavailableError,
-            AnalysisError, CardsLockedError) as exc:
+            AnalysisError, CardsLockedError, GateLocked) as exc:
         raise click.ClickException(str(exc)) from None
     except RunnerAborted as exc:
         raise click.ClickException(f"gate incomplete: {exc}; re-run the same command to resume") from None

@@ -41,9 +41,10 @@ def test_shipped_configs_validate(path):
 
 
 def test_example_and_round_config_carry_the_validated_design():
-    """The example carries the validated design (200 tasks x 3 replicates). The production config runs on
-    the 2,000-product catalog, whose validation split has 62 tasks (1/8 of its families): it keeps every
-    other setting of the design and takes the whole split (the round refuses more before training)."""
+    """The example carries the validated design (200 tasks, the power budget, the sequential gate). The
+    production config runs on the 2,000-product catalog, whose validation split has 62 tasks (1/8 of its
+    families): it keeps every other setting of the design and takes the whole split (the round refuses
+    more before training); the power budget sizes the pairs to those 62 tasks."""
     assert _load_shipped(SHIPPED[0]).design == DesignConfig()
     production = _load_shipped(SHIPPED[1]).design
     assert production == DesignConfig(tasks=62)
@@ -86,7 +87,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
 def test_sglang_backend_needs_a_url_and_overrides_apply(tmp_path):
     with pytest.raises(ConfigError, match="generator.url is required with generator.backend: sglang"):
         _load_shipped(SHIPPED[1], {"generator.url": None})
-    config = _load_shipped(SHIPPED[1], {"design.tasks": 8, "design.pairing": "bare"})
+    config = _load_shipped(SHIPPED[1], {"design.tasks": 8, "design.pairing": "bare", "design.replicates": 3})
     assert (config.design.tasks, config.design.pairing.value, config.design.episodes) == (8, "bare", 48)
 
 
@@ -98,3 +99,44 @@ def test_compose_gate_service_serves_the_checkpoint_with_sglang_on_the_gpus():
     # scripts/with_sglang.sh serves the checkpoint (tests/ops/test_with_sglang.py), then the gate runs.
     assert gate["command"][2:6] == ["bash", "/opt/shopsimrl/scripts/with_sglang.sh", "bash", "-c"]
     assert "exec shopsimrl training online-gate configs/trace2skill_online_gate.yaml" in gate["command"][-1]
+
+
+def _with_design(tmp_path, **design):
+    raw = yaml.safe_load((ROOT / SHIPPED[0]).read_text())
+    raw["design"].pop("min_effect", None)
+    raw["design"].update(design)
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_min_effect_per_outcome_and_the_older_single_form(tmp_path):
+    """Issue 26: one bound per outcome; the older single `min_effect` still sets both (fails before: extra keys)."""
+    design = load_gate_config(_with_design(tmp_path, min_effect_success=0.10, min_effect_reward=0.05)).design
+    assert (design.min_effect_for("success"), design.min_effect_for("reward")) == (0.10, 0.05)
+    older = load_gate_config(_with_design(tmp_path, min_effect=0.2)).design
+    assert (older.min_effect_success, older.min_effect_reward, older.min_effect) == (0.2, 0.2, None)
+    assert "min_effect" not in older.model_dump()  # folded in: the manifest records the two bounds only
+    same = load_gate_config(_with_design(tmp_path, min_effect=0.2, min_effect_success=0.2)).design
+    assert same == older
+    with pytest.raises(ConfigError) as info:
+        load_gate_config(_with_design(tmp_path, min_effect=0.2, min_effect_reward=0.05))
+    assert info.value.problems == [
+        "design: min_effect 0.2 (the older form: one bound for both outcomes) conflicts with min_effect_reward "
+        "0.05: give either min_effect or min_effect_success and min_effect_reward"
+    ]
+
+
+def test_a_gate_registered_with_the_single_min_effect_still_resumes():
+    from shopsimrl.gate.manifest import ManifestMismatchError, build_manifest, check_resume
+
+    def manifest(design):
+        return build_manifest(round_name="r", hashes={"a": "1"}, design=design, episode={}, backend="local")
+
+    fresh = manifest(DesignConfig().model_dump(mode="json"))
+    older = {k: v for k, v in fresh["design"].items() if not k.startswith("min_effect_")} | {"min_effect": 0.1}
+    check_resume(manifest(older), fresh, "stored")  # the same bounds, written the older way: no difference
+    with pytest.raises(ManifestMismatchError) as info:
+        check_resume(manifest(older | {"min_effect": 0.2}), fresh, "stored")
+    assert info.value.problems[:2] == ["design.min_effect_reward: stored 0.2, now 0.1",
+                                       "design.min_effect_success: stored 0.2, now 0.1"]

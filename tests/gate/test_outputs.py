@@ -9,6 +9,7 @@ from gate_helpers import SKILLBANK_EXAMPLE, candidate_pool
 from shopsimrl.gate.design import build_design
 from shopsimrl.gate.estimate import Effect, Estimate, Status
 from shopsimrl.gate.outputs import (
+    TABLE_COLUMNS,
     contributions_document,
     descriptive,
     selected_ids,
@@ -26,13 +27,13 @@ STATUSES = {"int-add-compare": Status.SELECTED, "int-revise-search": Status.REJE
 
 def _document(pool):
     effects = tuple(
-        Effect(item.intervention_id, coef, 0.01, coef - 0.02, coef + 0.02, 0.001, 0.003, 0.9, 0.9,
-               STATUSES[item.intervention_id], "test", rank)
+        Effect(item.intervention_id, coef, 0.01, coef - 0.03, coef + 0.03, coef - 0.02, coef + 0.02, 0.001, 0.003,
+               0.9, 0.9, STATUSES[item.intervention_id], "test", rank)
         for item, coef, rank in zip(pool.interventions, (0.2, -0.1, 0.05), (1, 3, 2), strict=True)
     )
     design = build_design(["t1"], candidates=[i.intervention_id for i in pool.interventions], replicates=1,
-                          pairing="complement", seed=0)
-    estimate = Estimate(effects, 400, 200, 0.0, 199)
+                          pairing="complement", seed=5)
+    estimate = Estimate(effects, 400, 200, 0.0, 199, 0.025, 0.1)
     return contributions_document(round_name="round-000", pool=pool, design=design, decided_on="success",
                                   estimates={"success": estimate, "reward": estimate}, summary={})
 
@@ -69,16 +70,38 @@ def test_ledger_copies_the_analysts_and_appends_one_verdict_per_candidate(tmp_pa
         ("int-remove-verify", "gate_selected")]
     assert entries[0].proposal_id == "prop-add" and entries[1].proposal_id.startswith("prop-")
     assert entries[0].details["coefficient"] == 0.2
+    # The interval that decided, and the unadjusted one under its own name.
+    assert (entries[0].details["ci_low"], entries[0].details["unadjusted_ci_low"]) == (0.2 - 0.03, 0.2 - 0.02)
     assert len(result.problems) == 1
 
 
-def test_table_rows_have_exactly_the_six_columns_in_order(tmp_path):
+def test_every_verdict_carries_the_pool_it_was_measured_in(tmp_path):
+    """Issue 26: a verdict is conditional on its pool; the ledger says which (fails without `pool`)."""
     pool = candidate_pool(SKILLBANK_EXAMPLE)
+    path = write_ledger(tmp_path, None, pool, _document(pool))
+    entries = [LedgerEntry.model_validate(r) for r in read_jsonl(path).records]
+    proposal_ids = tuple(e.proposal_id for e in entries)
+    assert proposal_ids[0] == "prop-add" and len(set(proposal_ids)) == 3
+    for entry in entries:
+        assert entry.pool.model_dump() == {
+            "proposal_ids": proposal_ids,
+            "intervention_ids": ("int-add-compare", "int-revise-search", "int-remove-verify"),
+            "size": 3,
+            "design_seed": 5,
+        }
+        assert entry.schema_version == 2
+
+
+def test_table_rows_have_the_six_spec_columns_then_the_deciding_and_the_unadjusted_interval(tmp_path):
+    pool = candidate_pool(SKILLBANK_EXAMPLE)
+    assert TABLE_COLUMNS[6:] == ("ci_low", "ci_high", "unadjusted_ci_low", "unadjusted_ci_high")
     assert table_rows(_document(pool)) == [
-        ["int-add-compare", "compare-prices", "add", 0.2, 1, "selected"],
-        ["int-revise-search", "search-with-filters", "revise", -0.1, 3, "rejected"],
-        ["int-remove-verify", "verify-before-cart", "remove", 0.05, 2, "selected"],
-    ]
+        ["int-add-compare", "compare-prices", "add", 0.2, 1, "selected", 0.2 - 0.03, 0.2 + 0.03, 0.2 - 0.02, 0.2 + 0.02],
+        ["int-revise-search", "search-with-filters", "revise", -0.1, 3, "rejected", -0.1 - 0.03, -0.1 + 0.03,
+         -0.1 - 0.02, -0.1 + 0.02],
+        ["int-remove-verify", "verify-before-cart", "remove", 0.05, 2, "selected", 0.05 - 0.03, 0.05 + 0.03,
+         0.05 - 0.02, 0.05 + 0.02],
+    ]  # fmt: skip
 
 
 def test_descriptive_means_use_empty_mask_episodes_as_bare_and_are_absent_without_them():

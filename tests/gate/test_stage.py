@@ -42,7 +42,7 @@ def _analyst_ledger(path: Path) -> Path:
 
 def test_complete_gate_writes_every_file_and_a_rerun_changes_nothing(gate_files, tmp_path):
     ledger = _analyst_ledger(tmp_path / "analyst_ledger.jsonl")
-    config = load_gate_config(gate_files(), {"inputs.proposal_ledger": str(ledger)})
+    config = load_gate_config(gate_files(design={"min_effect_reward": 0.05}), {"inputs.proposal_ledger": str(ledger)})
     result = run_gate(config, echo=_quiet)
     gate_dir = config.gate_dir
     assert result.complete and result.coverage == 1.0
@@ -59,6 +59,8 @@ def test_complete_gate_writes_every_file_and_a_rerun_changes_nothing(gate_files,
     contributions = json.loads((gate_dir / "contributions.json").read_text())
     assert [list(row) for row in contributions["contributions"]] == [list(TABLE_COLUMNS)] * 3
     assert contributions["summary"]["validated_design"] is False
+    # Each outcome is decided against its own bound.
+    assert {o: e["min_effect"] for o, e in contributions["estimates"].items()} == {"reward": 0.05, "success": 0.1}
     bank = load_skillbank(gate_dir / "selected_skillbank.json")
     assert bank == load_skillbank(config.inputs.skillbank)  # nothing selected on 3 tasks: the bank is unchanged
     lines = read_jsonl(gate_dir / "proposal_ledger.jsonl").records
@@ -69,6 +71,9 @@ def test_complete_gate_writes_every_file_and_a_rerun_changes_nothing(gate_files,
         ("int-remove-verify", "gate_insufficient"),
     ]
     assert "clustered standard errors need at least 20 tasks" in lines[1]["reason"]
+    assert {tuple(line["pool"]["intervention_ids"]) for line in lines[1:]} == {
+        ("int-add-compare", "int-revise-search", "int-remove-verify")}
+    assert lines[0]["pool"] is None  # the Analyst's own event: not a verdict
 
     before = (gate_dir / "contributions.json").read_bytes()
     again = run_gate(config, echo=_quiet)
@@ -88,6 +93,31 @@ def test_a_damaged_middle_line_of_evaluations_is_refused_naming_the_file(gate_fi
         run_gate(config, echo=_quiet)
     assert f"{evaluations}:2: unreadable JSONL record" in str(refused.value)
     assert evaluations.read_bytes() == before
+
+
+def test_two_scored_records_of_one_evaluation_with_different_outcomes_refuse_the_estimate(gate_files):
+    """Issue 26: the first record no longer wins silently (fails before: the gate decided on it)."""
+    config = load_gate_config(gate_files())
+    run_gate(config, echo=_quiet)
+    evaluations = config.gate_dir / "evaluations.jsonl"
+    contributions = (config.gate_dir / "contributions.json").read_bytes()
+    first = read_jsonl(evaluations).records[0]
+    assert first["status"] == "scored" and (first["success"], first["reward"], first["strict_reward"]) == (False, 0.0, 0.0)
+    with evaluations.open("a", encoding="utf-8") as handle:  # the same episode appended twice: harmless
+        handle.write(json.dumps(first) + "\n")
+    assert run_gate(config, echo=_quiet).complete
+    assert (config.gate_dir / "contributions.json").read_bytes() == contributions
+    with evaluations.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(first | {"success": True, "reward": 1.0, "attempt": 2}) + "\n")
+    with pytest.raises(ConfigError) as refused:
+        run_gate(config, echo=_quiet)
+    assert refused.value.source == str(evaluations)
+    assert refused.value.problems == [
+        f"evaluation (pair_id {first['pair_id']}, arm {first['arm']}) has two scored records with different outcomes: "
+        "success False, reward 0.0, strict_reward 0.0 (attempt 1) vs success True, reward 1.0, strict_reward 0.0 "
+        "(attempt 2)",
+        "no estimate from a record that contradicts itself: keep the right record, remove the other",
+    ]
 
 
 def test_resume_refuses_a_changed_checkpoint_or_design(gate_files, tmp_path, tiny_checkpoint):

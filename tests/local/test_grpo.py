@@ -278,13 +278,14 @@ def test_shared_prompt_prefix_pass_equals_the_padded_pass_values_and_gradients()
     from shopsimrl.local import grpo
 
     assert grpo._shared_prompt_prefix(items, [0, 1, 2]) == 40
+    positions = grpo._response_positions(items, [0, 1, 2], [0, 1, 2])
     results = []
     for force_padded in (False, True):
         model = tiny_model(tok, seed=5)
         if force_padded:
-            hidden = grpo._hidden_padded(model, items, [0, 1, 2], "cpu")
+            hidden = grpo._hidden_padded(model, items, [0, 1, 2], positions, "cpu")
         else:
-            hidden = grpo._hidden_with_shared_prefix(model, items, [0, 1, 2], 40, "cpu")
+            hidden = grpo._hidden_with_shared_prefix(model, items, [0, 1, 2], 40, positions, "cpu")
         hidden.pow(2).sum().backward()
         results.append((hidden.detach(), model.model.embed_tokens.weight.grad.clone()))
     (shared, shared_grad), (padded, padded_grad) = results
@@ -349,3 +350,89 @@ def test_scoring_only_the_loss_positions_changes_no_loss_and_no_gradient() -> No
     assert len(only_grads) == len(full_grads) > 0
     for a, b in zip(full_grads, only_grads, strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+
+
+def _segments(prompt: list[int], turns: list[list[int]], key: str, adv: float) -> list[TrainItem]:
+    """A multi-turn trajectory as the driver trains it: segment k = the conversation through turn k."""
+    items, tokens = [], list(prompt)
+    for turn in turns:
+        tokens = tokens + turn
+        items.append(_item(list(tokens), len(turn), key, adv=adv))
+    return items
+
+
+def test_a_trajectory_runs_once_and_its_segments_score_and_train_as_if_run_alone() -> None:
+    """Turn k's segment is a token prefix of turn k+1's: it is read off the longer pass (one row per
+    trajectory), and the log-probs, entropy and gradients are those of scoring every segment on its
+    own. Tolerances: float32 rounding of a different batch shape (values ~1e-6, gradients ~1e-5)."""
+    from shopsimrl.local import grpo
+
+    tok = tiny_tokenizer()
+    prompt = list(range(30, 60))
+    items = [
+        *_segments(prompt, [[5, 6, 7], [8, 9], [10, 11, 12, 13]], "a", 1.0),
+        *_segments(prompt, [[14, 15], [16, 17, 18]], "b", -1.0),
+        _item([*prompt, 5, 6, 7], 3, "c", adv=0.5),  # the same tokens as a's first segment, another trajectory
+    ]
+    rows, row_of = grpo.sequence_rows(items, range(len(items)))
+    assert rows == [2, 4, 5] and row_of == [0, 0, 0, 1, 1, 2]
+    assert grpo.forward_positions(items, range(len(items))) == 30 + 3 * (39 - 30)
+
+    def scored_and_grad(batches: list[list[int]]) -> tuple[list[list[float]], list[list[float]], torch.Tensor]:
+        model = tiny_model(tok, seed=7)
+        log_probs: dict[int, torch.Tensor] = {}
+        entropy: dict[int, torch.Tensor] = {}
+        for batch in batches:
+            out = score_responses(model, items, batch, temperature=0.7, with_entropy=True, entropy_grad=True)
+            log_probs.update(zip(batch, out.log_probs, strict=True))
+            entropy.update(zip(batch, out.entropy, strict=True))
+        total = sum((i + 1) * (log_probs[i].sum() + 0.1 * entropy[i].sum()) for i in range(len(items)))
+        total.backward()
+        return (
+            [log_probs[i].tolist() for i in range(len(items))],
+            [entropy[i].tolist() for i in range(len(items))],
+            model.model.layers[-1].mlp.down_proj.weight.grad.clone(),
+        )
+
+    together = scored_and_grad([list(range(len(items)))])
+    alone = scored_and_grad([[i] for i in range(len(items))])
+    for row in range(len(items)):
+        assert together[0][row] == pytest.approx(alone[0][row], abs=1e-5)
+        assert together[1][row] == pytest.approx(alone[1][row], abs=1e-5)
+    assert torch.allclose(together[2], alone[2], atol=1e-4)
+
+
+def test_micro_batches_pack_by_the_positions_the_decoder_runs() -> None:
+    """Two 3-turn trajectories of one 30-token prompt: 6 samples of up to 39 tokens. Counted as padded
+    rows (6 x 39 = 234 positions) a 100-position budget splits them into 3 passes; counted as what runs
+    (30 + 2 x 9 = 48) they fit one. A third trajectory with another prompt exceeds the budget."""
+    from shopsimrl.local import grpo
+
+    prompt = list(range(30, 60))
+    items = [
+        *_segments(prompt, [[5, 6, 7], [8, 9], [10, 11, 12, 13]], "a", 1.0),
+        *_segments(prompt, [[14, 15], [16, 17, 18], [19, 20, 21, 22]], "b", -1.0),
+        *_segments(list(range(100, 130)), [[5, 6], [7, 8]], "c", 1.0),
+    ]
+    batches = grpo.micro_batches(items, range(len(items)), 100)
+    assert batches == [[0, 1, 2, 3, 4, 5], [6, 7]]
+    assert grpo.forward_positions(items, batches[0]) == 48
+    assert all(grpo.forward_positions(items, b) <= 100 for b in batches)
+
+
+def test_the_update_reports_each_micro_batch() -> None:
+    """An update takes minutes on a CPU: the trainer reports (done, total) after every micro-batch."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=0)
+    prompt = list(range(30, 60))
+    items = [
+        *_segments(prompt, [[5, 6, 7], [8, 9]], "a", 1.0),
+        *_segments(list(range(100, 130)), [[14, 15], [16, 17, 18]], "b", -1.0),
+    ]
+    seen: list[tuple[int, int]] = []
+    trainer = GrpoTrainer(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), GrpoConfig(max_tokens_per_microbatch=40),
+        on_micro_batch=lambda done, total: seen.append((done, total)),
+    )
+    trainer.train_rollout(items, rollout_id=0, global_batch_size=2)
+    assert seen == [(1, 2), (2, 2)]  # one trajectory a pass: 35 positions each, 70 together

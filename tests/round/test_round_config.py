@@ -8,6 +8,7 @@ import pytest
 from round_helpers import ROOT
 
 from shopsimrl.errors import ConfigError
+from shopsimrl.gate.power import planned_pairs
 from shopsimrl.round import load_round_config, next_group
 
 SHIPPED = sorted((ROOT / "configs" / "local").glob("*round*.yaml"))
@@ -33,7 +34,7 @@ def test_a_shipped_round_config_derives_three_stage_configs_from_one_group(path:
     assert gate.inputs.candidate_pool == str(train.stage_dir.parent / "analysis" / "candidate_pool.json")
     assert (gate.catalog.seed, gate.catalog.num_products) == (train.shopsim.catalog.seed, train.shopsim.catalog.num_products)
     assert gate.episode.tool_call_format == train.shopsim.tool_call_format
-    assert gate.design.tasks * gate.design.replicates >= 20  # the fewest the estimator decides on
+    assert planned_pairs(gate.design, candidates=1, tasks=gate.design.tasks) >= 20  # the fewest the estimator decides on
 
 
 def test_the_demo_round_is_the_demo_training():
