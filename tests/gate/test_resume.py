@@ -41,18 +41,7 @@ def test_sigkilled_gate_resumes_to_byte_identical_contributions(gate_files, tmp_
     assert done.returncode == 0, done.stderr[-2000:]
 
     evaluations = killed / "round-000" / "gate" / "evaluations.jsonl"
-    process = subprocess.Popen(_command(config, killed), env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            if evaluations.exists() and evaluations.read_bytes().count(b"\n") >= 3:
-                break
-            time.sleep(0.01)
-        os.kill(process.pid, signal.SIGKILL)
-    finally:
-        process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL
+    _kill_after_lines(_command(config, killed), evaluations, 3)
     gate_dir = killed / "round-000" / "gate"
     assert not (gate_dir / "contributions.json").exists()
     assert 3 <= len(read_jsonl(evaluations).records) < PLANNED
@@ -101,3 +90,18 @@ def test_sigterm_stops_the_gate_and_logs_only_coverage_and_complete_zero(gate_fi
     assert logged.keys() == {"gate/coverage", "gate/complete"} and logged["gate/complete"] == 0
     assert 0 < logged["gate/coverage"] < 1
     assert not (gate_dir / "contributions.json").exists()
+
+
+def _kill_after_lines(command: list[str], path: Path, lines: int) -> None:
+    """Start the gate, SIGKILL it once `path` holds `lines` lines (or it ended), and check it was killed."""
+    process = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if path.exists() and path.read_bytes().count(b"\n") >= lines:
+                break
+            time.sleep(0.01)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL

@@ -3,12 +3,9 @@ the resume re-reads the looks it had passed from evaluations.jsonl and takes the
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import time
 
-from test_resume import _command, _env, _final
+from test_resume import _command, _env, _final, _kill_after_lines
 
 from shopsimrl.storage import read_jsonl
 
@@ -30,18 +27,7 @@ def test_sigkilled_sequential_gate_resumes_past_its_interim_looks_to_byte_identi
     assert len(_looks(done.stdout)) == LOOKS  # 10 tasks decide nothing: every look runs
 
     evaluations = killed / "round-000" / "gate" / "evaluations.jsonl"
-    process = subprocess.Popen(_command(config, killed) + sequential, env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            if evaluations.exists() and evaluations.read_bytes().count(b"\n") >= 23:  # inside look 3
-                break
-            time.sleep(0.01)
-        os.kill(process.pid, signal.SIGKILL)
-    finally:
-        process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL
+    _kill_after_lines(_command(config, killed) + sequential, evaluations, 23)  # inside look 3
     gate_dir = killed / "round-000" / "gate"
     assert 23 <= len(read_jsonl(evaluations).records) < PLANNED
     assert not (gate_dir / "contributions.json").exists()
