@@ -12,7 +12,8 @@ Reported with 95% Wilson intervals:
   (goal at K = 4: <= 65% of the fixed design's 1,200).
 
 Designs: `fixed` is the design shipped before issue 26 (200 tasks x 3 replicates, one analysis);
-`sequential` is the default `DesignConfig()` (budget from power for K, looks, spending, futility).
+`sequential` is the default `DesignConfig()` (budget from power for K under power.py's planning model, looks,
+spending, both futility rules).
 
 Outcome models (`MODELS`): a task's base success b_t, plus per candidate k an effect e_kt:
 * base `reference`: sigmoid(-0.4 + z_t + e), z_t ~ N(0, 1), e ~ N(0, 0.5) shared by a pair's two
@@ -53,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shopsimrl.gate.config import DesignConfig  # noqa: E402
 from shopsimrl.gate.estimate import PairObservation, Status, estimate_effects  # noqa: E402
 from shopsimrl.gate.plan import plan_gate  # noqa: E402
+from shopsimrl.gate.power import PLANNING  # noqa: E402
 from shopsimrl.gate.sequential import decide_look  # noqa: E402
 
 ATTEMPT_FAILURE = 0.05
@@ -281,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     defaults = DesignConfig()
     print(f"\ncpu: {cpu_model()}; command: {command}; {args.gates} gates per setting and design; wall "
           f"{time.perf_counter() - started:.0f} s, cpu {time.process_time() - cpu_started:.0f} s")
-    print(f"sequential = DesignConfig(): replicates {defaults.replicates}, looks {defaults.looks}, spending alpha t^"
-          f"{defaults.spending_rho:g}, futility {defaults.futility:g}; fixed = 200 x 3, one look; alpha "
-          f"{defaults.alpha:g}, min_effect {defaults.min_effect_success:g}")
+    print(f"sequential = DesignConfig(): replicates {defaults.replicates} (planning model: pair variance "
+          f"{PLANNING.pair_variance:g}, effect sd {PLANNING.effect_sd:g}), looks {defaults.looks}, spending alpha t^"
+          f"{defaults.spending_rho:g}, futility {defaults.futility:g}, futility_trend {defaults.futility_trend:g}; "
+          f"fixed = 200 x 3, one look; alpha {defaults.alpha:g}, min_effect {defaults.min_effect_success:g}")
     print("\n".join(table(rows)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")

@@ -46,7 +46,6 @@ from shopsimrl.errors import StageIncomplete, TornRecordError
 from shopsimrl.metrics import names as m
 from shopsimrl.records import TRIAGE_FILE, TriageReason, TriageRecord, read_retry_results, read_triage
 from shopsimrl.rollout.skillbank import Skillbank, empty_skillbank, load_skillbank
-from shopsimrl.shop import generate_catalog
 from shopsimrl.storage import atomic_write_json, json_bytes, read_jsonl
 from shopsimrl.storage.jsonl import iter_jsonl_lines
 from shopsimrl.tracking import StageLogger, WandbSettings
@@ -107,9 +106,7 @@ def run_analysis(
     skipped = check_triage(train_dir)  # before any lesson or trial: a damaged journal is refused here
     for item in skipped:
         echo(f"analysis: {item['where']}: {item['reason']}; skipped")
-    catalog = generate_catalog(
-        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
-    )
+    catalog = options.catalog.build()
     skillbank, skillbank_sha = skillbank_of(options.skillbank)
     backend = lesson_backend or make_backend(config.lessons)
 

@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from shopsimrl.config.files import load_yaml_file
 from shopsimrl.errors import ConfigError
+from shopsimrl.shop.catalog import Catalog, ToolOffer, generate_catalog
 from shopsimrl.shop.levels import DEFAULT_LEVEL, LEVELS, unknown_level_message
 
 OPTIONS_KEY = "shopsim"
@@ -57,6 +58,12 @@ class CatalogOptions(_Strict):
     seed: int = 0
     num_products: int = Field(2000, ge=50, description="catalog size; default: the level's (full: 2000)")
     level: str = Field(DEFAULT_LEVEL, description=f"difficulty level, one of: {', '.join(LEVELS)}")
+    tools: ToolOffer = Field(
+        "dynamic",
+        description="the tools the system prompt lists: dynamic (production: those usable in the current "
+        "state; a change starts a new segment) or all (every tool from the first turn: one segment per "
+        "episode, about half the tokens through the model on the CPU demo; docs/environment.md)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -73,6 +80,10 @@ class CatalogOptions(_Strict):
             # a custom error type: pydantic would prefix a ValueError's text with "Value error, "
             raise PydanticCustomError("unknown_level", unknown_level_message(value))
         return value
+
+    def build(self) -> Catalog:
+        """The catalog these options name (deterministic: the same options give the same shop)."""
+        return generate_catalog(seed=self.seed, num_products=self.num_products, level=self.level, tools=self.tools)
 
 
 class ShopSimOptions(_Strict):

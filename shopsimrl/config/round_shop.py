@@ -39,6 +39,10 @@ def catalog_problems(catalog: Any, *, runs_root: str | Path, group: str, key: st
         return []
     path, theirs = recorded
     mine = catalog.model_dump(mode="json")
+    try:  # a record written before a key existed holds that key's default
+        theirs = type(catalog).model_validate(theirs).model_dump(mode="json")
+    except ValueError:
+        pass  # compared as written: the differing keys name the problem
     differing = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
     if not differing:
         return []

@@ -51,11 +51,9 @@ def load_generator(checkpoint: str, generator: GeneratorConfig, *, seed: int,
 
 def episode_options(run_dir: Path, episode: EpisodeConfig, catalog: CatalogConfig,
                     generator: GeneratorConfig) -> ShopSimOptions:
-    from shopsimrl.config.options import CatalogOptions
-
     return ShopSimOptions(
         run_dir=str(run_dir),
-        catalog=CatalogOptions(seed=catalog.seed, num_products=catalog.num_products, level=catalog.level),
+        catalog=catalog,  # training's CatalogOptions itself (episode_config.py)
         tool_call_format=episode.tool_call_format,
         max_turns=episode.max_turns,
         max_new_tokens_per_turn=episode.max_new_tokens_per_turn,

@@ -159,7 +159,7 @@ def _resolve_checkpoint(checkpoint: str) -> Path:
 
 def _load_inputs(config: EvalConfig) -> _Inputs:
     from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
-    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.shop import load_split
 
     problems: list[str] = []
     checkpoint, checkpoint_hash, rollout_id = config.checkpoint, None, None
@@ -200,9 +200,7 @@ def _load_inputs(config: EvalConfig) -> _Inputs:
     from shopsimrl.config.round_shop import catalog_problems
 
     problems.extend(catalog_problems(config.catalog, runs_root=config.runs_root, group=config.group, key="catalog"))
-    catalog = generate_catalog(
-        seed=config.catalog.seed, num_products=config.catalog.num_products, level=config.catalog.level
-    )
+    catalog = config.catalog.build()
     tasks = load_split(catalog, config.split, limit=config.tasks)
     if len(tasks) < config.tasks:
         problems.append(f"tasks: the {config.split} split has only {len(tasks)} tasks")

@@ -68,6 +68,10 @@ class DesignConfig(_Strict):
         0.4, ge=0, lt=1, description="an undecided candidate whose conditional power is below this no longer holds "
         "the gate open (0 = off; never decides anything)"
     )
+    futility_trend: float = Field(
+        0.05, ge=0, lt=1, description="from look 2, an undecided candidate whose conditional power under its current "
+        "estimate is below this no longer holds the gate open either (0 = off; never decides anything)"
+    )
     pairing: Pairing = Pairing.COMPLEMENT
     seed: int = Field(0, ge=0, description="seeds the masks and the per-pair sampling seeds")
     split: Literal["validation"] = "validation"  # never seen by the Analyst (it reads train triage only)

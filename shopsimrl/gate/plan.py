@@ -52,7 +52,7 @@ def plan_gate(config: DesignConfig, task_ids: Sequence[str], candidates: Sequenc
         pairs=pairs or None,
     )
     looks = look_plan(pairs=len(design.pairs), looks=config.looks, alpha=config.alpha, rho=config.spending_rho,
-                      candidates=len(candidates))
+                      candidates=len(candidates), trend_futility=config.futility_trend)
     return GatePlan(design, looks)
 
 
@@ -63,6 +63,7 @@ def power_budget(config: DesignConfig, *, candidates: int, tasks: int) -> int | 
     try:
         return pairs_for_power(candidates=candidates, tasks=tasks, pairing=config.pairing, alpha=config.alpha,
                                min_effect=config.min_effect_for(config.outcome), looks=config.looks,
-                               rho=config.spending_rho, futility=config.futility)
+                               rho=config.spending_rho, futility=config.futility,
+                               futility_trend=config.futility_trend)
     except ValueError:
         return None

@@ -5,20 +5,21 @@ planning outcome model
 
     SE^2 = pair_variance / (N * Var d) + effect_sd^2 / n
 
-* `pair_variance` 0.4: a paired delta of two independent 0/1 outcomes has variance
-  p_a(1 - p_a) + p_b(1 - p_b); 0.4 is that of base success spread as Beta(2, 2) across tasks
-  (2 E[p(1 - p)] = 0.4) and above the reference model's 0.39; 0.5 (every task at 50%) is the
-  ceiling, measured in bench/bench_gate.py as the worst case;
+* `pair_variance` 0.5: a paired delta of two independent 0/1 outcomes has variance
+  p_a(1 - p_a) + p_b(1 - p_b), at most 0.5 (every task at 50%: bench/bench_gate.py's `half`). The
+  typical value is lower (0.4 for base success Beta(2, 2)), but a budget planned for the typical case
+  measured power 0.74-0.79 in the bench's noisier models, so the budget is planned for the ceiling;
 * `Var d`: 1 for the fold-over (`complement`, d = +-1), 1/4 for `bare` (d = 1/0);
-* `effect_sd` 0.10: a candidate's effect varies across tasks with this standard deviation; the
-  tasks are a sample of those the next round meets, so this term does not shrink with replicates.
+* `effect_sd` 0.14: a candidate's effect varies across tasks with this standard deviation (0.14: an
+  effect of +0.10 on average that acts on 40% of the tasks, the bench's `some`); the tasks are a sample
+  of those the next round meets, so this term does not shrink with replicates.
 
 Power is that of the first Holm step (level alpha / K: the hardest test a lone helpful candidate
-faces) of the sequential test the looks, the spending rule and the futility rule define, at an
+faces) of the sequential test the looks, the spending rule and both futility rules define, at an
 effect of `min_effect`; a fixed gate is the one-look case.
 
     pairs_for_power(candidates=4, tasks=200, pairing="complement", alpha=0.025, min_effect=0.10,
-                    looks=5, rho=1.5, futility=0.3)
+                    looks=5, rho=2.0, futility=0.4, futility_trend=0.05)   # 764
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from functools import lru_cache
 
 from shopsimrl.gate.config import DesignConfig, Pairing
 from shopsimrl.gate.estimate import MIN_TASKS
-from shopsimrl.gate.sequential import crossing_probability, futility_bounds, nominal_levels
+from shopsimrl.gate.sequential import (
+    crossing_probability,
+    futility_bounds,
+    higher_bounds,
+    nominal_levels,
+    trend_futility_bounds,
+)
 
 MAX_REPLICATES = 64  # a budget above tasks x 64 pairs is refused rather than planned
 TARGET_POWER = 0.8
@@ -39,8 +46,8 @@ TARGET_POWER = 0.8
 class OutcomeModel:
     """The outcome model the budget is planned for (module docstring)."""
 
-    pair_variance: float = 0.44
-    effect_sd: float = 0.12
+    pair_variance: float = 0.5
+    effect_sd: float = 0.14
 
 
 PLANNING = OutcomeModel()
@@ -53,27 +60,30 @@ def standard_error(*, pairs: int, tasks: int, pairing: Pairing | str, model: Out
 
 
 def selection_power(*, pairs: int, candidates: int, tasks: int, pairing: Pairing | str, alpha: float,
-                    min_effect: float, looks: int, rho: float, futility: float,
+                    min_effect: float, looks: int, rho: float, futility: float, futility_trend: float = 0.0,
                     model: OutcomeModel = PLANNING) -> float:
-    """Power to select a candidate whose effect is `min_effect`, at the first Holm step (level alpha / K)."""
+    """Power to select a candidate whose effect is `min_effect`, at the first Holm step (level alpha / K),
+    with both futility rules stopping the path (sequential.py)."""
     fractions = tuple(j / looks for j in range(1, looks + 1))  # the looks' fractions, up to rounding of pairs
     levels = _levels(fractions, alpha / max(1, candidates), rho)
     drift = min_effect / standard_error(pairs=pairs, tasks=tasks, pairing=pairing, model=model)
-    bounds = futility_bounds(fractions, levels[-1], drift, futility) if futility > 0 else None
+    design = futility_bounds(fractions, levels[-1], drift, futility) if futility > 0 else [None] * looks
+    bounds = higher_bounds(design, trend_futility_bounds(fractions, levels[-1], futility_trend))
     return crossing_probability(fractions, levels, drift, bounds)
 
 
 @lru_cache(maxsize=256)  # a pure function, asked once per gate (and per simulated gate by the benchmark)
 def pairs_for_power(*, candidates: int, tasks: int, pairing: Pairing | str, alpha: float, min_effect: float,
-                    looks: int, rho: float, futility: float, target: float = TARGET_POWER,
-                    model: OutcomeModel = PLANNING) -> int:
+                    looks: int, rho: float, futility: float, futility_trend: float = 0.0,
+                    target: float = TARGET_POWER, model: OutcomeModel = PLANNING) -> int:
     """The fewest pairs whose `selection_power` reaches `target` (bisection; power grows with pairs).
 
     Raises ValueError when tasks x MAX_REPLICATES pairs do not (few tasks and the effect_sd floor)."""
 
     def enough(pairs: int) -> bool:
         return selection_power(pairs=pairs, candidates=candidates, tasks=tasks, pairing=pairing, alpha=alpha,
-                               min_effect=min_effect, looks=looks, rho=rho, futility=futility, model=model) >= target
+                               min_effect=min_effect, looks=looks, rho=rho, futility=futility,
+                               futility_trend=futility_trend, model=model) >= target
 
     low, high = MIN_TASKS, tasks * MAX_REPLICATES  # below MIN_TASKS pairs the estimator decides nothing
     if not enough(high):
@@ -98,7 +108,7 @@ def planned_pairs(design: DesignConfig, *, candidates: int, tasks: int) -> int:
         return 0
     pairs = pairs_for_power(candidates=candidates, tasks=tasks, pairing=design.pairing, alpha=design.alpha,
                             min_effect=design.min_effect_for(design.outcome), looks=design.looks,
-                            rho=design.spending_rho, futility=design.futility)
+                            rho=design.spending_rho, futility=design.futility, futility_trend=design.futility_trend)
     return pairs if design.looks > 1 else tasks * math.ceil(pairs / tasks)
 
 

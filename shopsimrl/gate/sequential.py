@@ -24,14 +24,21 @@ with the total level; tests/gate/test_sequential.py checks it), so some true nul
 some look with probability <= m * alpha / m. The same alpha serves the `rejected` family
 (H0: beta >= min_effect).
 
-Futility (non-binding): an `insufficient` candidate whose conditional power (`conditional_power`:
-the chance to clear the last look's first Holm step if its effect from here on were `min_effect`)
-is below `futility` no longer holds the gate open. It decides nothing (the candidate stays
-`insufficient`, its reason says why the gate stopped), so it cannot raise false selection; it costs
-power, which the budget (power.py) accounts for.
+Futility (non-binding): an `insufficient` candidate no longer holds the gate open when
+
+* its conditional power under the design effect (`conditional_power`: the chance to clear the last
+  look's first Holm step if its effect from here on were `min_effect`) is below `futility`, or
+* from look `TREND_FROM_LOOK` on, its conditional power under its current estimate
+  (`trend_conditional_power`: stochastic curtailment on the observed trend) is below the look's
+  `trend_futility` (`DesignConfig.futility_trend`).
+
+Either rule decides nothing (the candidate stays `insufficient`, its reason says why the gate
+stopped), so neither can raise false selection; both cost power, which the budget (power.py)
+accounts for exactly: each rule is a lower bound on the score at each look (`futility_bounds`,
+`trend_futility_bounds`), and the power is the crossing probability with the higher of the two.
 
     plan = look_plan(pairs=627, looks=5, alpha=0.025, rho=2.0, candidates=4)
-    plan[0]   # Look(index=1, pairs=125, fraction=0.199..., alpha=0.0009936)
+    plan[0]   # Look(index=1, pairs=125, fraction=0.199..., alpha=0.0009936, trend_futility=0.0)
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from shopsimrl.gate.estimate import Estimate, Status
 
 _GRID = 801  # points of the integration grid per look: nominal levels within 3e-5 (relative) of a 2x finer grid
 _TAIL = 9.0  # the continuation region is cut at 9 standard deviations below the mean (mass < 1e-18)
+# The trend rule waits for look 2: look 1 sees each task once, and an estimate that noisy stops too many
+# helpful candidates (from look 1 it cost more budget than it saved, docs/gate.md "Sequential gate").
+TREND_FROM_LOOK = 2
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,9 @@ class Look:
     pairs: int  # the look analyses the first `pairs` pairs of the design order
     fraction: float  # pairs / planned pairs (the information fraction)
     alpha: float  # what estimate_effects receives at this look (Holm inside)
+    # The trend rule's threshold at this look (0 = not applied here). The plan carries it, so the rule is
+    # pre-registered with the looks and a resumed gate applies it at the same looks.
+    trend_futility: float = 0.0
 
     def describe(self, looks: int) -> str:
         return f"look {self.index} of {looks} ({self.pairs} pairs, alpha {self.alpha:.4g})"
@@ -144,6 +157,43 @@ def futility_bounds(fractions: Sequence[float], final_level: float, drift: float
     return [None if t >= 1.0 else c_final - (1 - t) * drift + math.sqrt(1 - t) * z_gamma for t in fractions]
 
 
+def trend_futility_bounds(fractions: Sequence[float], final_level: float, gamma: float) -> list[float | None]:
+    """Score-scale bounds below which the conditional power under the current trend is < gamma; None where
+    the rule does not apply (before look TREND_FROM_LOOK, at the last look, gamma 0).
+
+    Under the trend the drift is estimated by S_t / t, so P(S_1 >= c_J | S_t) = Phi((S_t / t - c_J) / sqrt(1 - t)),
+    below gamma exactly when S_t < t (c_J + sqrt(1 - t) Phi^-1(gamma)): free of the design's drift."""
+    from scipy import stats
+
+    if gamma <= 0:
+        return [None] * len(fractions)
+    c_final = float(stats.norm.isf(final_level))
+    z_gamma = float(stats.norm.ppf(gamma))
+    return [None if t >= 1.0 or j + 1 < TREND_FROM_LOOK else t * (c_final + math.sqrt(1 - t) * z_gamma)
+            for j, t in enumerate(fractions)]
+
+
+def higher_bounds(*bounds: Sequence[float | None]) -> list[float | None]:
+    """Look by look, the higher of several score-scale futility bounds (a path stops if any rule stops it)."""
+    merged = []
+    for at_look in zip(*bounds, strict=True):
+        present = [b for b in at_look if b is not None]
+        merged.append(max(present) if present else None)
+    return merged
+
+
+def trend_conditional_power(*, coefficient: float, se: float, fraction: float, final_level: float) -> float:
+    """The chance that a candidate reaches the last look's first Holm step if its effect from here on is its
+    current estimate (stochastic curtailment on the trend); the final SE projected as in `conditional_power`."""
+    from scipy import stats
+
+    if fraction >= 1.0:
+        raise ValueError("no conditional power at the last look")
+    drift = coefficient / (se * math.sqrt(fraction))  # the estimated Z at fraction 1
+    c_final = float(stats.norm.isf(final_level))
+    return float(stats.norm.cdf((drift - c_final) / math.sqrt(1 - fraction)))
+
+
 def conditional_power(*, coefficient: float, se: float, fraction: float, final_level: float, min_effect: float) -> float:
     """The chance that a candidate reaches the last look's first Holm step if its effect from here on is
     `min_effect` (the design effect), from its estimate at a look (docs/gate.md, "Sequential gate").
@@ -160,8 +210,10 @@ def conditional_power(*, coefficient: float, se: float, fraction: float, final_l
     return float(stats.norm.cdf((score + (1 - fraction) * drift - c_final) / math.sqrt(1 - fraction)))
 
 
-def look_plan(*, pairs: int, looks: int, alpha: float, rho: float, candidates: int) -> tuple[Look, ...]:
-    """The looks of a gate with `pairs` planned pairs and K = `candidates` (module docstring).
+def look_plan(*, pairs: int, looks: int, alpha: float, rho: float, candidates: int,
+              trend_futility: float = 0.0) -> tuple[Look, ...]:
+    """The looks of a gate with `pairs` planned pairs and K = `candidates` (module docstring); the trend rule's
+    threshold `trend_futility` is set on the interim looks from TREND_FROM_LOOK on.
 
     One look (a fixed gate, or a plan too small to split) is the whole plan at the whole alpha."""
     counts = look_pairs(pairs, looks) if pairs > 0 else []
@@ -171,7 +223,8 @@ def look_plan(*, pairs: int, looks: int, alpha: float, rho: float, candidates: i
     k = max(1, candidates)
     levels = nominal_levels(fractions, alpha / k, rho)
     return tuple(
-        Look(index=j + 1, pairs=n, fraction=f, alpha=_round_down(k * level))
+        Look(index=j + 1, pairs=n, fraction=f, alpha=_round_down(k * level),
+             trend_futility=trend_futility if TREND_FROM_LOOK <= j + 1 < len(counts) else 0.0)
         for j, (n, f, level) in enumerate(zip(counts, fractions, levels, strict=True))
     )
 
@@ -184,6 +237,8 @@ class LookDecision:
     looks: int
     stop: bool
     futile: tuple[tuple[str, float], ...]  # (intervention_id, conditional power) below the futility bound
+    # (intervention_id, conditional power under its estimate) below the look's trend_futility
+    trend_futile: tuple[tuple[str, float], ...] = ()
 
     def summary(self, planned_pairs: int, futility: float) -> dict[str, object]:
         """The `sequential` block of contributions.json's summary."""
@@ -195,6 +250,8 @@ class LookDecision:
             "alpha_at_look": self.look.alpha,
             "futility": futility,
             "futile": [{"intervention_id": i, "conditional_power": cp} for i, cp in self.futile],
+            "futility_trend_at_look": self.look.trend_futility,
+            "trend_futile": [{"intervention_id": i, "conditional_power_trend": cp} for i, cp in self.trend_futile],
         }
 
 
@@ -204,33 +261,48 @@ def decide_look(estimate: Estimate, look: Look, plan: Sequence[Look], *, min_eff
 
     Futile: still `insufficient`, but with a conditional power (`conditional_power`, at the last look's
     first Holm step) below `futility`: even an effect of `min_effect` from here on would rarely select
-    it. Futility only stops the gate early, it never decides; so it cannot raise false selection."""
+    it; or, where the look carries a `trend_futility`, with a conditional power under its current
+    estimate (`trend_conditional_power`) below that. Futility only stops the gate early, it never
+    decides; so it cannot raise false selection."""
     last = look.index == len(plan)
     final_level = plan[-1].alpha / max(1, len(estimate.effects))
     futile: list[tuple[str, float]] = []
+    trend_futile: list[tuple[str, float]] = []
     held_open = False
     for effect in estimate.effects:
         if effect.status is not Status.INSUFFICIENT or last:
             continue
-        if futility > 0 and effect.coefficient is not None and effect.se is not None and effect.se > 0:
+        if effect.coefficient is None or effect.se is None or not effect.se > 0:
+            held_open = True  # nothing to project from: only more pairs can settle it
+            continue
+        if futility > 0:
             power = conditional_power(coefficient=effect.coefficient, se=effect.se, fraction=look.fraction,
                                       final_level=final_level, min_effect=min_effect)
             if power < futility:
                 futile.append((effect.intervention_id, power))
                 continue
+        if look.trend_futility > 0:
+            trend = trend_conditional_power(coefficient=effect.coefficient, se=effect.se, fraction=look.fraction,
+                                            final_level=final_level)
+            if trend < look.trend_futility:
+                trend_futile.append((effect.intervention_id, trend))
+                continue
         held_open = True
-    return LookDecision(look, len(plan), stop=last or not held_open, futile=tuple(futile))
+    return LookDecision(look, len(plan), stop=last or not held_open, futile=tuple(futile),
+                        trend_futile=tuple(trend_futile))
 
 
 def annotate(estimate: Estimate, decision: LookDecision, futility: float) -> Estimate:
     """The estimate with the futile candidates' reasons saying why the gate stopped with them undecided."""
-    if not decision.futile:
+    if not decision.futile and not decision.trend_futile:
         return estimate
-    power = dict(decision.futile)
+    stopped = f"the gate stopped at look {decision.look.index} of {decision.looks}"
+    why = {i: f"conditional power {cp:.2f} < futility {futility:g}" for i, cp in decision.futile}
+    why |= {i: f"conditional power under its estimate {cp:.2f} < futility_trend {decision.look.trend_futility:g}"
+            for i, cp in decision.trend_futile}
     effects = tuple(
-        replace(effect, reason=f"{effect.reason}; the gate stopped at look {decision.look.index} of {decision.looks}: "
-                               f"conditional power {power[effect.intervention_id]:.2f} < futility {futility:g}")
-        if effect.intervention_id in power else effect
+        replace(effect, reason=f"{effect.reason}; {stopped}: {why[effect.intervention_id]}")
+        if effect.intervention_id in why else effect
         for effect in estimate.effects
     )
     return replace(estimate, effects=effects)

@@ -205,7 +205,7 @@ def _signal_of(exc: BaseException) -> int | None:
 
 
 def _load_inputs(config: GateConfig) -> _Inputs:
-    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.shop import load_split
 
     problems: list[str] = []
     paths = config.inputs
@@ -261,9 +261,7 @@ def _load_inputs(config: GateConfig) -> _Inputs:
     from shopsimrl.config.round_shop import catalog_problems
 
     problems.extend(catalog_problems(config.catalog, runs_root=config.runs_root, group=config.round, key="catalog"))
-    catalog = generate_catalog(
-        seed=config.catalog.seed, num_products=config.catalog.num_products, level=config.catalog.level
-    )
+    catalog = config.catalog.build()
     tasks = load_split(catalog, config.design.split, limit=config.design.tasks)
     if pool is not None:  # the gate's own firewall check of the pool it received (docs/analyst.md)
         from shopsimrl.analyst.firewall import Firewall, pool_problems

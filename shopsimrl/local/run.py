@@ -33,7 +33,7 @@ from shopsimrl.models.checkpoint import (
 )
 from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
-from shopsimrl.shop import generate_catalog, load_split
+from shopsimrl.shop import load_split
 from shopsimrl.slime_metrics import reset_process_state
 from shopsimrl.tracking import StageLogger, WandbSettings
 
@@ -127,8 +127,7 @@ def run_training(
         settings = replace(settings, group=config.run.group)
     stage_dir = config.stage_dir
     # Catalog and split are cheap and deterministic: built first, so the start-up checks can use them.
-    catalog = generate_catalog(seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products,
-                               level=config.shopsim.catalog.level)
+    catalog = config.shopsim.catalog.build()
     tasks = load_split(catalog, config.shopsim.split)
     check_startup(config, settings, catalog, tasks)
     config_dict = config.model_dump(mode="json")

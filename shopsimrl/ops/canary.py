@@ -218,7 +218,7 @@ def run_canary(
 
     `echo` gets one progress line per step (None: silent)."""
     from shopsimrl.rollout.agent import run_trajectory
-    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.shop import load_split
     from shopsimrl.storage import atomic_write_json
 
     problems = settings.problems()
@@ -228,9 +228,7 @@ def run_canary(
     options = options or ShopSimOptions(run_dir=str(out_dir))
     if generator is None:
         tokenizer, generator = build_generator(settings, options, echo)
-    catalog = generate_catalog(
-        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
-    )
+    catalog = options.catalog.build()
     tasks = load_split(catalog, settings.split, limit=settings.tasks)
     if len(tasks) < settings.tasks:
         raise ConfigError(

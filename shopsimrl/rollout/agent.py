@@ -32,7 +32,7 @@ from shopsimrl.rollout.generators.sglang import SGLangGenerator
 from shopsimrl.rollout.prompting import IM_END, TOOL_ROLE, ChatRenderer, initial_messages
 from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
 from shopsimrl.rollout.trajectory import Segment, StopReason, Trajectory, TrajectoryStatus
-from shopsimrl.shop import Catalog, ShopEnv, Task, ToolCallFormat, generate_catalog
+from shopsimrl.shop import Catalog, ShopEnv, Task, ToolCallFormat
 
 logger = logging.getLogger(__name__)
 
@@ -277,11 +277,7 @@ class AgentRuntime:
             skillbank = load_skillbank(options.skillbank) if options.skillbank else empty_skillbank()
             catalog = _injected(args, INJECT_CATALOG_ATTR)
             if catalog is None:
-                catalog = generate_catalog(
-                    seed=options.catalog.seed,
-                    num_products=options.catalog.num_products,
-                    level=options.catalog.level,
-                )
+                catalog = options.catalog.build()
             tokenizer = _injected(args, INJECT_TOKENIZER_ATTR)
             if tokenizer is None:
                 tokenizer = _load_tokenizer(args)

@@ -37,14 +37,12 @@ def export(config_path: str, out_path: str, limit: int | None) -> None:
     """
     from shopsimrl.config import load_options_file
     from shopsimrl.rollout.datasource import export_prompt_data
-    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.shop import load_split
 
     try:
         options = load_options_file(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    catalog = generate_catalog(
-        seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
-    )
+    catalog = options.catalog.build()
     count = export_prompt_data(load_split(catalog, options.split, limit=limit), Path(out_path))
     click.echo(f"wrote {count} {options.split} tasks to {out_path}")

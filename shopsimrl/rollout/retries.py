@@ -45,7 +45,7 @@ from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import Generator
 from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
 from shopsimrl.rollout.trajectory import Trajectory
-from shopsimrl.shop import Catalog, generate_catalog, get_task
+from shopsimrl.shop import Catalog, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -175,9 +175,7 @@ def run_pending_retries(
     thread, which this call joins.
     """
     if catalog is None:
-        catalog = generate_catalog(
-            seed=options.catalog.seed, num_products=options.catalog.num_products, level=options.catalog.level
-        )
+        catalog = options.catalog.build()
     skillbank = load_skillbank(options.skillbank) if options.skillbank else empty_skillbank()
     requests = _IN_FLIGHT.claim(pending_requests(run_dir))
     coroutine = _run_all(

@@ -279,15 +279,14 @@ def input_problems(shopsim: ShopSimOptions, gate: GateConfig) -> list[str]:
     the gate edits, and the gate's design against the validation split of the round's catalog (a
     design the split cannot hold used to surface only after training and the Analyst's trials)."""
     from shopsimrl.rollout.skillbank import load_skillbank
-    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.shop import load_split
 
     problems: list[str] = []
     try:
         load_skillbank(shopsim.skillbank)
     except ConfigError as exc:
         problems.extend(f"train.shopsim.skillbank: {p}" for p in exc.problems)
-    catalog = generate_catalog(seed=shopsim.catalog.seed, num_products=shopsim.catalog.num_products,
-                               level=shopsim.catalog.level)  # fmt: skip
+    catalog = shopsim.catalog.build()
     available = len(load_split(catalog, gate.design.split, limit=gate.design.tasks))
     if available < gate.design.tasks:
         problems.append(f"gate.design.tasks: {gate.design.tasks}, but the {gate.design.split} split of the round's "

@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -30,6 +31,12 @@ NO_VALUE = 255  # attribute/option slot unused by a category, or an option the t
 NO_CEILING = -1  # family_ceiling_cents of a level whose tasks state no price ceiling
 PAGE_CACHE_ENTRIES = 20_000  # serialised product pages kept (about 300 bytes each)
 ROW_CACHE_ENTRIES = 50_000  # serialised search rows kept (about 150 bytes each)
+# Which tools the shop lists to the agent (ShopEnv): `dynamic`, the production profile, lists the tools
+# usable in the current state, so the prompt's tool list (and the rollout's segment) changes as the
+# episode goes; `all` lists every tool from the first turn (a call the state does not allow yet is
+# still refused with `tool_not_offered`), so an episode is one token-contiguous segment.
+ToolOffer = Literal["dynamic", "all"]
+TOOL_OFFERS: tuple[str, ...] = get_args(ToolOffer)
 
 
 class FamilyRole:
@@ -86,9 +93,12 @@ class Catalog:
     """A generated catalog. Build it with `generate_catalog`; treat it as immutable."""
 
     def __init__(self, *, seed: int, columns: dict[str, np.ndarray], families: dict[str, np.ndarray],
-                 level: Level = FULL):  # fmt: skip
+                 level: Level = FULL, tool_offer: ToolOffer = "dynamic"):  # fmt: skip
+        if tool_offer not in TOOL_OFFERS:
+            raise ValueError(f"unknown tool offer {tool_offer!r}; expected one of: {', '.join(TOOL_OFFERS)}")
         self.seed = seed
         self.level = level
+        self.tool_offer = tool_offer
         self.family_size = level.family_size
         self.num_products = int(columns["type_id"].shape[0])
         self.categories: tuple[CategorySpec, ...] = CATEGORIES
@@ -391,10 +401,13 @@ def _to_mask(order: np.ndarray, count: np.ndarray) -> np.ndarray:
     return mask
 
 
-def generate_catalog(seed: int = 0, num_products: int | None = None, level: str | Level = FULL) -> Catalog:
+def generate_catalog(
+    seed: int = 0, num_products: int | None = None, level: str | Level = FULL, tools: ToolOffer = "dynamic"
+) -> Catalog:
     """Generate a catalog of `num_products` products (at least one family) from `seed` at a
     difficulty `level` (levels.py; default `full`, the production profile). `num_products` defaults
-    to the level's catalog size (2,000 for `full`).
+    to the level's catalog size (2,000 for `full`). `tools` is how the shop lists its tools
+    (`ToolOffer`); it draws nothing, so products and tasks do not depend on it.
 
     Deterministic: the same (seed, num_products, level) gives the same catalog on every machine,
     because every draw comes from one `numpy.random.Generator(PCG64(seed))` in a fixed order (and,
@@ -520,4 +533,4 @@ def generate_catalog(seed: int = 0, num_products: int | None = None, level: str 
         "target_options": task_targets.astype(np.uint8),
         "named_attributes": _to_mask(attr_order, attr_named),
     }
-    return Catalog(seed=seed, columns=columns, families=families, level=level)
+    return Catalog(seed=seed, columns=columns, families=families, level=level, tool_offer=tools)

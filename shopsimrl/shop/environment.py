@@ -39,6 +39,7 @@ class ShopEnv:
         self.catalog = catalog
         self.max_turns = max_turns
         self._specs = tool_specs()
+        self._all_names = tuple(self._specs)
         self._task: Task | None = None
         self._state: EpisodeState | None = None
         self._toolkit: Toolkit | None = None
@@ -120,7 +121,7 @@ class ShopEnv:
             elif state.turn >= self.max_turns:
                 state.finish = Finish.TURN_LIMIT
                 truncated = True
-            after = self._offered = self._toolkit.offered_names(state)
+            after = self._offered = self._offered_names()
             digest = self._hash_cache.get(after)
             if digest is None:
                 digest = self._hash_cache[after] = self._schemas_for(after)[1]
@@ -145,6 +146,8 @@ class ShopEnv:
 
     # -- schema ------------------------------------------------------------------------------
     def _offered_names(self) -> tuple[str, ...]:
+        if self.catalog.tool_offer == "all":  # every tool listed; the state's preconditions still apply
+            return self._all_names
         return self._toolkit.offered_names(self.state)
 
     def _schemas_for(self, names: tuple[str, ...]) -> tuple[list[dict], str]:

@@ -50,3 +50,12 @@ def test_a_budget_out_of_reach_is_a_config_error_before_any_evaluation():
         plan_gate(DesignConfig(), TASKS[:3], CANDIDATES[:3])
     assert info.value.problems == ["replicates: power: no budget reaches power 0.8 at +0.1 for K=3 with 3 tasks "
                                    "(even 64 replicates): the task-to-task spread of an effect needs more tasks"]
+
+
+def test_the_plan_carries_the_trend_rule_of_the_config():
+    plan = plan_gate(DesignConfig(seed=5), TASKS, CANDIDATES)
+    assert DesignConfig().futility_trend == 0.05
+    assert [look.trend_futility for look in plan.looks] == [0.0, 0.05, 0.05, 0.05, 0.0]
+    off = plan_gate(DesignConfig(seed=5, futility_trend=0.0), TASKS, CANDIDATES)
+    assert [look.trend_futility for look in off.looks] == [0.0] * 5
+    assert len(off.design.pairs) < len(plan.design.pairs)  # the rule's cost in power is budgeted

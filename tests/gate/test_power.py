@@ -16,8 +16,16 @@ from shopsimrl.gate.power import (
     selection_power,
     standard_error,
 )
+from shopsimrl.gate.sequential import (
+    crossing_probability,
+    futility_bounds,
+    higher_bounds,
+    nominal_levels,
+    trend_futility_bounds,
+)
 
-SEQUENTIAL = {"pairing": "complement", "alpha": 0.025, "min_effect": 0.10, "looks": 5, "rho": 2.0, "futility": 0.4}
+SEQUENTIAL = {"pairing": "complement", "alpha": 0.025, "min_effect": 0.10, "looks": 5, "rho": 2.0, "futility": 0.4,
+              "futility_trend": 0.05}
 
 
 def test_standard_error_is_the_planning_formula():
@@ -67,4 +75,27 @@ def test_planned_pairs_follow_the_config():
     fixed = planned_pairs(DesignConfig(looks=1), candidates=4, tasks=200)
     one_look = pairs_for_power(candidates=4, tasks=200, **(SEQUENTIAL | {"looks": 1}))
     assert fixed == 200 * math.ceil(one_look / 200)  # a fixed gate runs whole replicates
-    assert PLANNING == OutcomeModel(pair_variance=0.44, effect_sd=0.12)
+
+
+def test_the_planning_model_is_the_benchs_worst_case():
+    """0.5 is the ceiling of a paired 0/1 delta's variance (the bench's `half`), 0.14 the task spread of a
+    `some` effect: planned for 0.44 / 0.12, `spread-some` and `half` measured power 0.74-0.79 (docs/gate.md)."""
+    assert PLANNING == OutcomeModel(pair_variance=0.5, effect_sd=0.14)
+    assert pairs_for_power(candidates=4, tasks=200, **SEQUENTIAL) > pairs_for_power(
+        candidates=4, tasks=200, **SEQUENTIAL, model=OutcomeModel(pair_variance=0.44, effect_sd=0.12))
+
+
+def test_the_power_includes_the_trend_rule_exactly():
+    """selection_power is the crossing probability with the higher of the two futility bounds at each look."""
+    fractions = (0.2, 0.4, 0.6, 0.8, 1.0)
+    levels = nominal_levels(fractions, 0.025 / 4, 2.0)
+    drift = 0.10 / standard_error(pairs=700, tasks=200, pairing="complement")
+    design = futility_bounds(fractions, levels[-1], drift, 0.4)
+    trend = trend_futility_bounds(fractions, levels[-1], 0.05)
+    expected = crossing_probability(fractions, levels, drift, higher_bounds(design, trend))
+    with_trend = selection_power(pairs=700, candidates=4, tasks=200, **SEQUENTIAL)
+    assert with_trend == pytest.approx(expected, abs=1e-12)
+    without = selection_power(pairs=700, candidates=4, tasks=200, **(SEQUENTIAL | {"futility_trend": 0.0}))
+    assert with_trend < without  # the trend rule stops some helpful candidates: it costs power ...
+    assert pairs_for_power(candidates=4, tasks=200, **SEQUENTIAL) > pairs_for_power(
+        candidates=4, tasks=200, **(SEQUENTIAL | {"futility_trend": 0.0}))  # ... which the budget buys back

@@ -16,15 +16,19 @@ from scipy import stats
 from shopsimrl.gate.design import build_design
 from shopsimrl.gate.estimate import PairObservation, Status, estimate_effects
 from shopsimrl.gate.sequential import (
+    TREND_FROM_LOOK,
     annotate,
     conditional_power,
     crossing_probability,
     decide_look,
     futility_bounds,
+    higher_bounds,
     look_pairs,
     look_plan,
     nominal_levels,
     spent,
+    trend_conditional_power,
+    trend_futility_bounds,
 )
 
 FRACTIONS = [0.2, 0.4, 0.6, 0.8, 1.0]
@@ -148,3 +152,60 @@ def test_an_unidentified_candidate_holds_an_interim_look_open():
     too_few = _estimate([0.45, -0.45, -0.45], tasks=10, alpha=plan[0].alpha)  # < 20 tasks: nothing estimated
     assert all(e.coefficient is None for e in too_few.effects)
     assert not decide_look(too_few, plan[0], plan, min_effect=0.10, futility=0.4).stop
+
+
+def test_the_trend_bounds_start_at_look_2_and_match_the_simulated_process():
+    levels = nominal_levels(FRACTIONS, 0.025 / 4, 2.0)
+    trend = trend_futility_bounds(FRACTIONS, levels[-1], 0.05)
+    assert TREND_FROM_LOOK == 2 and trend[0] is None and trend[-1] is None
+    assert all(b is not None for b in trend[1:-1])
+    assert trend_futility_bounds(FRACTIONS, levels[-1], 0.0) == [None] * 5  # 0 = off
+    bounds = higher_bounds(futility_bounds(FRACTIONS, levels[-1], 3.5, 0.4), trend)
+    exact = crossing_probability(FRACTIONS, levels, 3.5, bounds)
+    simulated, se = _monte_carlo_crossing(FRACTIONS, levels, 3.5, futility=bounds)
+    assert abs(exact - simulated) < 4 * se
+    assert higher_bounds([None, 1.0, 2.0], [0.5, None, 3.0]) == [0.5, 1.0, 3.0]
+
+
+def test_conditional_power_under_the_trend_at_its_bound_is_the_threshold():
+    fraction, level, se = 0.4, 0.004, 0.05
+    [bound] = trend_futility_bounds([0.2, fraction, 1.0], level, 0.05)[1:2]
+    se_final = se * math.sqrt(fraction)
+    coefficient = bound * se_final / fraction  # the score S = fraction * coefficient / se_final
+    power = trend_conditional_power(coefficient=coefficient, se=se, fraction=fraction, final_level=level)
+    assert power == pytest.approx(0.05, abs=1e-12)
+    # The design effect is more hopeful than a trend below it: the trend rule is the one that stops nulls.
+    assert conditional_power(coefficient=coefficient, se=se, fraction=fraction, final_level=level,
+                             min_effect=0.10) > power
+
+
+def test_look_plan_sets_the_trend_rule_on_the_interim_looks_from_look_2():
+    plan = look_plan(pairs=600, looks=5, alpha=0.025, rho=2.0, candidates=4, trend_futility=0.05)
+    assert [look.trend_futility for look in plan] == [0.0, 0.05, 0.05, 0.05, 0.0]
+    assert [look.trend_futility for look in look_plan(pairs=600, looks=5, alpha=0.025, rho=2.0,
+                                                      candidates=4)] == [0.0] * 5
+
+
+def test_a_candidate_below_the_trend_rule_no_longer_holds_the_gate_open():
+    unplanned = look_plan(pairs=240, looks=4, alpha=0.025, rho=2.0, candidates=3)  # trend rule off
+    mixed = _estimate([0.45, -0.45, 0.06], alpha=unplanned[1].alpha)  # c2 between 0 and min_effect
+    c2 = mixed.effects[2]
+    final_level = unplanned[-1].alpha / 3
+    design = conditional_power(coefficient=c2.coefficient, se=c2.se, fraction=unplanned[1].fraction,
+                               final_level=final_level, min_effect=0.10)
+    trend = trend_conditional_power(coefficient=c2.coefficient, se=c2.se, fraction=unplanned[1].fraction,
+                                    final_level=final_level)
+    assert trend < design  # c2's estimate (about 0.06) is below the design effect
+    gamma, futility = (trend + design) / 2, design * 0.99  # only the trend rule calls c2 futile
+    plan = look_plan(pairs=240, looks=4, alpha=0.025, rho=2.0, candidates=3, trend_futility=gamma)
+    assert [look.alpha for look in plan] == [look.alpha for look in unplanned]
+    assert not decide_look(mixed, unplanned[1], unplanned, min_effect=0.10, futility=futility).stop
+    stop = decide_look(mixed, plan[1], plan, min_effect=0.10, futility=futility)
+    assert stop.stop and stop.futile == () and stop.trend_futile == (("c2", trend),)
+    noted = annotate(mixed, stop, futility)
+    assert noted.effects[2].reason == (f"{c2.reason}; the gate stopped at look 2 of 4: conditional power under its "
+                                       f"estimate {trend:.2f} < futility_trend {gamma:g}")
+    assert noted.effects[2].status is Status.INSUFFICIENT  # futility decides nothing
+    assert stop.summary(240, futility)["trend_futile"] == [{"intervention_id": "c2", "conditional_power_trend": trend}]
+    first = _estimate([0.45, -0.45, 0.06], alpha=plan[0].alpha)
+    assert decide_look(first, plan[0], plan, min_effect=0.10, futility=0.0).trend_futile == ()  # not at look 1

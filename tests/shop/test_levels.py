@@ -298,7 +298,7 @@ def test_a_bad_level_is_a_config_error_naming_the_key_and_the_known_levels(tmp_p
 
 
 def test_the_catalog_size_defaults_to_the_level_and_an_explicit_size_wins():
-    assert CatalogOptions().model_dump() == {"seed": 0, "num_products": 2000, "level": "full"}
+    assert CatalogOptions().model_dump() == {"seed": 0, "num_products": 2000, "level": "full", "tools": "dynamic"}
     assert CatalogOptions(level="easy").num_products == 500
     assert CatalogOptions(level="medium", num_products=300).num_products == 300
     assert (
