@@ -5,7 +5,8 @@ conversation so far rendered with the checkpoint's chat template; its assistant 
 tool answer after it masked). Their lengths are the demo's (mean 1,189 tokens against 1,211 in the
 run), but every segment is rendered with the tools of the episode's opening: the real driver starts a
 new segment when the offered tools change and re-renders the system prompt with them, so its segments
-do not nest. This measures a profile with a fixed tool set, not the demo (docs/local_backend.md). The
+do not nest. This measures a profile with a fixed tool set, which the demo has been since it lists every
+tool from the first turn (`catalog.tools: all`: one segment per episode; docs/local_backend.md). The
 same optimizer step runs in a fresh subprocess per scorer (so each peak RSS is its own):
 
 * `now`: `shopsimrl.local.grpo` — a trajectory's earlier segments read off its longest one, a

@@ -49,7 +49,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--json", default=None, help="the summary (default runs/<name>-rounds/loop_run.json)")
+    parser.add_argument("--table", default=None, help="only print the table of this earlier summary")
     args = parser.parse_args()
+    if args.table:
+        print_table(args.table)
+        return
 
     log: list[dict[str, Any]] = []
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
@@ -71,7 +75,8 @@ def main() -> None:
     plan = ["--group", eval_group, "--tasks", str(args.tasks), "--seeds", str(args.seeds), "--mask", "none",
             "--set", f"catalog.level={first.shopsim().catalog.level}",
             "--set", f"catalog.num_products={first.shopsim().catalog.num_products}",
-            "--set", f"catalog.seed={first.shopsim().catalog.seed}", "--no-progress"]  # fmt: skip
+            "--set", f"catalog.seed={first.shopsim().catalog.seed}",
+            "--set", f"catalog.tools={first.shopsim().catalog.tools}", "--no-progress"]  # fmt: skip
     eval_dir = ROOT / "runs" / eval_group / "eval"
     run([*CLI, "eval", args.eval_config, "--checkpoint", str(start), "--name", "start", *plan], log)
     rows = []
@@ -129,16 +134,43 @@ def _interval(numbers: dict[str, Any], key: str) -> str:
     return f"{value['mean']:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def _difference(comparison: dict[str, Any] | None, key: str) -> str:
+    """A paired difference with its task-bootstrap interval and permutation p, or '-' without one."""
+    if comparison is None:
+        return "-"
+    entry = comparison["outcomes"][key]
+    low, high = entry["bootstrap_ci"]
+    return f"{entry['difference']:+.3f} [{low:+.3f}, {high:+.3f}] p={entry['p_value']:.2f}"
+
+
+def _gate_cell(gate: dict[str, Any]) -> str:
+    if not gate.get("effects"):
+        return "no candidate"
+    return "; ".join(f"{e['intervention_id']}: {e['status']} {e['coefficient']:+.3f} [{e['ci_low']:+.3f}, "
+                     f"{e['ci_high']:+.3f}]" if e.get("coefficient") is not None else
+                     f"{e['intervention_id']}: {e['status']}" for e in gate["effects"])  # fmt: skip
+
+
 def table(summary: dict[str, Any]) -> str:
-    lines = ["| checkpoint | validation success [95% CI] | reward [95% CI] |", "| --- | --- | --- |",
+    lines = ["| checkpoint | validation success [95% Wilson] | reward [95% CI] | success vs start (paired) "
+             "| success vs control (paired) | gate of the round |",
+             "| --- | --- | --- | --- | --- | --- |",
              f"| round 000 start (warm start) | {_interval(summary['start'], 'success')} | "
-             f"{_interval(summary['start'], 'reward')} |"]  # fmt: skip
+             f"{_interval(summary['start'], 'reward')} | - | - | - |"]  # fmt: skip
     for row in summary["rows"]:
         for label in ("control", "loop"):
             numbers = row[label]
+            versus = _difference(row.get("loop_vs_control"), "success") if label == "loop" else "-"
+            gate = _gate_cell(row.get("gate", {})) if label == "loop" else "frozen skillbank"
             lines.append(f"| round {row['round']:03d} {label} | {_interval(numbers, 'success')} | "
-                         f"{_interval(numbers, 'reward')} |")  # fmt: skip
+                         f"{_interval(numbers, 'reward')} | {_difference(numbers.get('vs_start'), 'success')} | "
+                         f"{versus} | {gate} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def print_table(path: str) -> None:
+    """The table of an earlier run's summary (`python bench/loop_run.py --table runs/loop-rounds/loop_run.json`)."""
+    print(table(json.loads(Path(path).read_text(encoding="utf-8"))))
 
 
 if __name__ == "__main__":

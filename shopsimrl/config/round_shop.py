@@ -47,5 +47,8 @@ def catalog_problems(catalog: Any, *, runs_root: str | Path, group: str, key: st
     if not differing:
         return []
     shown = ", ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in differing)
-    return [f"{key}: not the catalog round {group} trained on ({path}): {shown}; its held-out tasks would "
-            "differ from the ones the Analyst's firewall protected"]  # fmt: skip
+    if differing == ["tools"]:  # the same tasks (the offer draws nothing), another prompt
+        consequence = "its episodes would list other tools than the round's policy was trained with"
+    else:
+        consequence = "its held-out tasks would differ from the ones the Analyst's firewall protected"
+    return [f"{key}: not the catalog round {group} trained on ({path}): {shown}; {consequence}"]

@@ -207,7 +207,7 @@ class RoundConfig(_Strict):
             "skillbank": str(shopsim.skillbank),
             "proposal_ledger": str(analysis_dir / "proposal_ledger.jsonl"),
         }
-        raw["catalog"] = shopsim.catalog.model_dump(mode="json")  # seed, size and level: the training's shop
+        raw["catalog"] = shopsim.catalog.model_dump(mode="json")  # seed, size, level and tool offer: the training's shop
         # The episode defaults follow the training's, so the gate measures the policy as it was trained.
         raw["episode"] = {
             "tool_call_format": shopsim.tool_call_format,
