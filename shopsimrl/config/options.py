@@ -62,7 +62,7 @@ class CatalogOptions(_Strict):
         "dynamic",
         description="the tools the system prompt lists: dynamic (production: those usable in the current "
         "state; a change starts a new segment) or all (every tool from the first turn: one segment per "
-        "episode, about half the tokens through the model on the CPU demo; docs/environment.md)",
+        "episode, about a third of the tokens to score on the CPU demo; docs/environment.md)",
     )
 
     @model_validator(mode="before")
