@@ -245,7 +245,7 @@ echo "run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} group=${R
 # The plan: what must exist or happen around these two commands (the DRY_RUN shows it).
 credential_route() {
   if [[ "${USE_WANDB}" == 0 ]]; then
-    echo "none: USE_WANDB=0 (metrics stay in ${RUN_DIR}/metrics.jsonl and slime's log)"
+    echo "none: USE_WANDB=0 (the merged rollout metrics stay in ${RUN_DIR}/metrics.jsonl, slime's own in its log)"
   elif [[ "${WANDB_MODE:-offline}" == offline ]]; then
     echo "none needed now: WANDB_MODE=offline writes ${WANDB_DIR:-wandb}; upload later with \`make wandb-sync\`"
   elif [[ -n "${WANDB_API_KEY:-}" ]]; then

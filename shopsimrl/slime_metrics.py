@@ -9,7 +9,11 @@ channel and no rollout id; the log hook knows the rollout id and the accepted ba
 writes traces, triage and retry requests and leaves group summaries in a per-process stash, and the
 second computes every `rollout/shopsim/*` metric and merges it into slime's `rollout_extra_metrics`
 in place, returning False so slime logs once. It never calls `wandb.log`; with USE_WANDB=0 slime's
-dict is filled all the same. Design notes: docs/metrics.md and docs/dynamic_sampling_filter.md.
+dict is filled all the same. slime keeps no local record of what it logs (W&B or TensorBoard and
+stdout only), so the log hook also appends that merged dict, with `rollout/step`, to
+`<run_dir>/metrics.jsonl`: the round report's training curve and a USE_WANDB=0 run read it. The
+local driver writes that file itself (its StageLogger) and tells the hook so on `args`.
+Design notes: docs/metrics.md and docs/dynamic_sampling_filter.md.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from shopsimrl.metrics.groups import (
     parse_metas,
     summarize_group,
 )
+from shopsimrl.metrics import names as m
 from shopsimrl.metrics.names import DYNAMIC_FILTER_DROP_PREFIX
 from shopsimrl.records import (
     GroupTrace,
@@ -50,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 RETRIES_MODULE = "shopsimrl.rollout.retries"
 UNMERGED_METRICS_FILE = "unmerged_rollout_metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"  # the stage's audit record (shopsimrl.tracking.METRICS_FILE)
+# Set True on `args` by a driver whose own logger writes <run_dir>/metrics.jsonl (the local backend);
+# absent under slime, where this hook is the only writer of that file.
+DRIVER_WRITES_METRICS_ATTR = "shopsim_driver_writes_metrics"
 FAILURE_CARDS_PATH = Path("..") / "analysis" / "failure_cards.jsonl"  # relative to the stage run_dir
 
 
@@ -313,6 +322,11 @@ def enrich_rollout_metrics(
             zero_std_reason_prefix=ZERO_STD_REASON_PREFIX,
         )
     )
+    if vars(args).get(DRIVER_WRITES_METRICS_ATTR) is not True:
+        # slime's whole dict after the merge, as slime logs it (its own rollout/* and perf/* are added
+        # after this hook returns, from the samples: they stay in W&B). One write per row (O_APPEND).
+        row = {**(rollout_extra_metrics or {}), **metrics, m.ROLLOUT_STEP.name: rollout_id}
+        append_jsonl(Path(options.run_dir) / METRICS_FILE, row)
     if rollout_extra_metrics is None:
         logger.warning(
             "rollout %s: rollout_extra_metrics is None, ShopSim metrics cannot join slime's log; "
@@ -330,6 +344,8 @@ def enrich_rollout_metrics(
 
 
 __all__ = [
+    "DRIVER_WRITES_METRICS_ATTR",
+    "METRICS_FILE",
     "enrich_rollout_metrics",
     "record_generated_rollout_groups",
     "reset_process_state",

@@ -50,6 +50,7 @@ from shopsimrl.rollout.retries import (
     run_pending_retries,
     sampling_params_from_args,
 )
+from shopsimrl.slime_metrics import DRIVER_WRITES_METRICS_ATTR
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def build_args(
     setattr(args, INJECT_CATALOG_ATTR, catalog)
     # The driver runs the diagnostic retries itself, right after the all-samples hook.
     setattr(args, RETRY_MODE_ATTR, RetryMode.DRIVER.value)
+    # The driver's StageLogger writes metrics.jsonl (the rollout-log hook writes it under slime).
+    setattr(args, DRIVER_WRITES_METRICS_ATTR, True)
     return args
 
 

@@ -30,7 +30,12 @@ _STAGE_DIRS = {"train": "train", "analysis": "analysis", "gate": "gate"}
 
 
 def training_curve(metrics_path: Path) -> list[dict[str, float]]:
-    """One row per rollout step: step, reward_mean, success_rate (absent values are left out)."""
+    """One row per rollout step: step, reward_mean, success_rate (absent values are left out).
+
+    No file (a training that logged no rollout, e.g. a relaunch after its last save) is no curve.
+    """
+    if not metrics_path.exists():
+        return []
     rows = []
     for record in read_jsonl(metrics_path, strict_middle=False).records:
         if isinstance(record, dict) and m.ROLLOUT_STEP.name in record and m.REWARD_MEAN.name in record:

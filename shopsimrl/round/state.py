@@ -69,8 +69,12 @@ class RoundState:
         entry.update(status=RUNNING, attempts=entry.get("attempts", 0) + 1, started_at=utc_now())
 
     def finish(self, stage: str, *, outputs: dict[str, str], extra: dict[str, Any] | None = None) -> None:
+        """Record the stage finished with those of `outputs` that exist (`check_outputs` guards them):
+        an output the stage may legitimately not write (train/metrics.jsonl of a training that logged
+        no rollout) must not make every re-run refuse the round."""
         entry = self.stages[stage]
-        entry.update(status=FINISHED, finished_at=utc_now(), outputs=outputs, **(extra or {}))
+        present = {name: path for name, path in outputs.items() if Path(path).exists()}
+        entry.update(status=FINISHED, finished_at=utc_now(), outputs=present, **(extra or {}))
 
     def save(self) -> None:
         atomic_write_json(

@@ -16,6 +16,7 @@ group (NaN reward) and logs no `rollout/dynamic_filter/drop_*` counter.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 import types
@@ -224,3 +225,7 @@ def test_slimes_over_sampling_loop_with_our_hooks_trains_only_what_it_should(tmp
     assert extra[P + "zero_std_group_drop_rate"] == pytest.approx(1 / 3)
     assert extra[P + "technical_group_drop_count"] == 1
     assert extra[P + "completed_group_count"] == 5  # all-samples hook saw g1..g5, g6 was still running
+    # ... and appends slime's whole dict after the merge, with rollout/step, to the run's metrics.jsonl:
+    # under slime nothing else writes a local record of it (slime logs to W&B and stdout only).
+    rows = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{**extra, "rollout/step": 0}]

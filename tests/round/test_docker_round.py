@@ -1,5 +1,5 @@
 """The docker backend of the round runner, with a stand-in for `docker compose` (a real subprocess that
-records what each service was given and writes what the service would write): the same
+records what each service was given and writes only what the real service writes under slime): the same
 round_state.json / next_round / report as the local backend, the round's inputs in each service's
 environment, START_LOAD for the next round, a failed service named with its log, resume."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,14 @@ from shopsimrl.round.state import RoundError
 from shopsimrl.tracking import WandbSettings
 
 # Args: run --rm SERVICE. Appends {service, env} to $CALLS, fails when SERVICE is $FAIL_SERVICE, and
-# writes the outputs the real service writes (an HF save; the Analyst's files; the gate's files).
-_COMPOSE = r'''#!/usr/bin/env python3
+# writes only files the real service writes under slime (each says where it comes from there; what the
+# real services write beyond these is left out). Run by this interpreter: the train stand-in calls our
+# real rollout-log hook, as slime's RolloutManager does.
+_COMPOSE = r"""
 import json, os, shutil, sys
 from pathlib import Path
+from types import SimpleNamespace
+import yaml
 service = sys.argv[-1]
 keys = ("WANDB_GROUP", "USE_WANDB", "WANDB_MODE", "START_LOAD", "ROLLOUT_SEED", "SHOPSIM_CONFIG", "ANALYZE_CONFIG",
         "ANALYZE_CHECKPOINT", "GATE_CONFIG", "GATE_CHECKPOINT", "HOST_UID")
@@ -35,23 +40,45 @@ if service == os.environ.get("FAIL_SERVICE"):
 group = os.environ["WANDB_GROUP"]
 runs, ckpt = Path(os.environ["RUNS"]) / group, Path(os.environ["CKPTS"]) / group
 if service == "train":
-    for n in (9, 19):
-        (ckpt / "hf" / f"rollout-{n}").mkdir(parents=True, exist_ok=True)
-        (ckpt / "hf" / f"rollout-{n}" / "model.safetensors").write_bytes(b"w" * n)
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("40")
-    (runs / "train").mkdir(parents=True, exist_ok=True)
-    (runs / "train" / "metrics.jsonl").write_text("")
+    from shopsimrl.contract import Arm
+    from shopsimrl.metrics.synthetic import Traj, make_group
+    from shopsimrl.slime_metrics import enrich_rollout_metrics
+    # runs/<group>/train/metrics.jsonl: slime's RolloutManager calls our rollout-log hook once per rollout
+    # (slime/ray/rollout.py _log_rollout_data) with the plugin options --custom-config-path set on args.
+    with open(os.environ["SHOPSIM_CONFIG"]) as f:
+        args = SimpleNamespace(**yaml.safe_load(f))
+    for rollout_id in range(int(os.environ.get("ROLLOUTS", "20"))):
+        samples = make_group(1, [Traj(1.0), Traj(0.0), Traj(0.5), Traj(0.0)], arm=Arm.SKILL_FREE)
+        enrich_rollout_metrics(rollout_id, args, samples, {}, 1.0)
+    for n in (9, 19):  # --save-interval 10 of 20 rollouts
+        # checkpoints/<group>/iter_<n>/: Megatron's save_checkpoint, called by slime's actor save_model.
+        (ckpt / f"iter_{n:07d}").mkdir(parents=True, exist_ok=True)
+        (ckpt / f"iter_{n:07d}" / "common.pt").write_bytes(b"m" * n)
+        # checkpoints/<group>/hf/rollout-<n>/: slime's --save-hf exporter (hf_checkpoint_saver.py): the
+        # base model's config, the shards, and the index last.
+        hf = ckpt / "hf" / f"rollout-{n}"
+        hf.mkdir(parents=True, exist_ok=True)
+        (hf / "config.json").write_text("{}")
+        shards = {"model-00001-of-00002.safetensors": b"w" * n, "model-00002-of-00002.safetensors": b"v" * n}
+        for name, data in shards.items():
+            (hf / name).write_bytes(data)
+        weight_map = {"embed.weight": "model-00001-of-00002.safetensors", "head.weight": "model-00002-of-00002.safetensors"}
+        (hf / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        # checkpoints/<group>/latest_checkpointed_iteration.txt: Megatron's tracker, after each save.
+        (ckpt / "latest_checkpointed_iteration.txt").write_text(str(n))
 elif service == "analyze":
+    # runs/<group>/analysis/*: `shopsimrl training analyze` (shopsimrl/analyst/stage.py) in the tools image.
     d = runs / "analysis"; d.mkdir(parents=True, exist_ok=True)
     for name in ("analysis_summary.json", "candidate_pool.json"):
         (d / name).write_text("{}")
     (d / "proposal_ledger.jsonl").write_text("")
 elif service == "gate":
+    # runs/<group>/gate/*: `shopsimrl training online-gate` (shopsimrl/gate/stage.py).
     d = runs / "gate"; d.mkdir(parents=True, exist_ok=True)
     (d / "contributions.json").write_text("{}")
     shutil.copy(os.environ["SKILLBANK"], d / "selected_skillbank.json")
     (d / "proposal_ledger.jsonl").write_text("")
-'''
+"""
 
 
 def _docker_round(tmp_path: Path) -> dict:
@@ -68,7 +95,7 @@ def _docker_round(tmp_path: Path) -> dict:
 @pytest.fixture
 def compose(tmp_path, monkeypatch):
     program = tmp_path / "fake-compose"
-    program.write_text(_COMPOSE)
+    program.write_text(f"#!{sys.executable}\n{_COMPOSE}")
     program.chmod(program.stat().st_mode | stat.S_IEXEC)
     calls = tmp_path / "calls.jsonl"
     for name, value in {"CALLS": str(calls), "RUNS": str(tmp_path / "runs"), "CKPTS": str(tmp_path / "checkpoints"),
@@ -104,6 +131,10 @@ def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_pat
     assert gate_config["inputs"]["checkpoint"] == seen[5]["env"]["GATE_CHECKPOINT"]
     assert gate_config["design"]["seed"] == results[1][0].seeds.gate and gate_config["round"] == "gpu-round-001"
 
+    # train/metrics.jsonl is slime's rollout-log hook's: one row per rollout, rollout/step from 0.
+    rows = [json.loads(line) for line in (runs / "gpu-round-000" / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["rollout/step"] for row in rows] == list(range(20))
+    assert rows[0]["rollout/shopsim/reward_mean"] == 0.375
     for group in ("gpu-round-000", "gpu-round-001"):
         state = json.loads((runs / group / "round_state.json").read_text())["stages"]
         assert {s: v["status"] for s, v in state.items()} == dict.fromkeys(("train", "analysis", "gate"), "finished")
@@ -117,6 +148,20 @@ def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_pat
     again, _ = run_rounds(first, count=2, settings_for=settings, backend=DockerBackend(compose=command),
                           echo=lambda _: None)  # fmt: skip
     assert [r.ran for _, r in again] == [[], []] and len(_calls(calls)) == 6
+
+
+def test_a_training_that_logged_no_rollout_finishes_its_round_and_a_rerun_is_not_refused(tmp_path, compose, monkeypatch):
+    """A relaunch whose save dir already holds the last save trains nothing (slime's train.py loops over
+    range(start_rollout_id, num_rollout)), so no rollout-log hook runs and no metrics.jsonl is written."""
+    command, calls = compose
+    config = round_config_from_mapping(_docker_round(tmp_path), "test")
+    monkeypatch.setenv("ROLLOUTS", "0")
+    result = run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    assert result.ran == ["train", "analysis", "gate"] and result.report is not None and result.report.is_file()
+    train = json.loads((config.round_dir / "round_state.json").read_text())["stages"]["train"]
+    assert set(train["outputs"]) == {"checkpoint"}  # only what exists is recorded
+    again = run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    assert again.ran == [] and len(_calls(calls)) == 3
 
 
 def test_a_failed_service_is_named_with_its_log_and_the_round_resumes_from_it(tmp_path, compose, monkeypatch, capsys):
