@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.config.options import ShopSimOptions, options_from_args
+from shopsimrl.metrics import names as m
 from shopsimrl.metrics.compute import RetryOutcome, RolloutMetricsInput, TriageCounts, compute_shopsim_metrics
 from shopsimrl.metrics.groups import (
     GroupSummary,
@@ -33,7 +34,6 @@ from shopsimrl.metrics.groups import (
     parse_metas,
     summarize_group,
 )
-from shopsimrl.metrics import names as m
 from shopsimrl.metrics.names import DYNAMIC_FILTER_DROP_PREFIX
 from shopsimrl.records import (
     GroupTrace,
