@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import slime_source  # noqa: E402,F401  (puts slime's code on sys.path before any test imports shopsimrl)
+from wandb_server import WandbServer  # the W&B stand-in of the `wandb_server` fixture (stdlib only)
 
 # Variables that would make a test depend on the host: credentials, run selection, our own switch.
 _HOST_WANDB_VARS = (
@@ -162,3 +163,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield path
     finally:
         _unmount(path)
+
+
+@pytest.fixture
+def wandb_server() -> Iterator[WandbServer]:
+    """A W&B stand-in on 127.0.0.1 (tests/wandb_server.py): the protocol `wandb sync` speaks, with
+    what arrived readable as `wandb_server.snapshot()`. A request it does not implement fails the test."""
+    with WandbServer(lifetime_s=120) as server:
+        yield server
+    server.check()
