@@ -54,7 +54,14 @@ class LlmSettings(_Strict):
     max_retries: int = Field(2, ge=0, le=10)
     concurrency: int = Field(8, ge=1, le=256)
     temperature: float = Field(0.0, ge=0, le=2)
-    max_tokens: int = Field(256, ge=16, le=4096)
+    max_tokens: int = Field(
+        1024, ge=16, le=4096, description="room for the JSON answer, and for reasoning if a server thinks anyway"
+    )
+    enable_thinking: bool | None = Field(
+        False,
+        description="sent as chat_template_kwargs.enable_thinking (SGLang/vLLM hand it to the chat template; "
+        "Qwen3.5's reasons first unless it is false); null sends no chat_template_kwargs",
+    )
 
 
 class LessonSettings(_Strict):

@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -138,7 +137,44 @@ def lesson_prompt(card: FailureCard) -> str:
     )
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+THINK_END = "</think>"  # Qwen's end of reasoning, in the content when the server runs no reasoning parser
+
+
+def _closing_brace(text: str, start: int) -> int | None:
+    """Index of the brace that closes the one at `start` (quotes inside are JSON strings), or None."""
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def last_json_object(text: str) -> str | None:
+    """The last balanced top-level `{...}` of `text` (an opening brace that never closes is skipped)."""
+    found = None
+    start = text.find("{")
+    while start != -1:
+        end = _closing_brace(text, start)
+        if end is None:
+            start = text.find("{", start + 1)
+        else:
+            found = text[start : end + 1]
+            start = text.find("{", end + 1)
+    return found
 
 
 def _describe(content: str) -> str:
@@ -152,11 +188,14 @@ def parse_lesson(content: str | None) -> str:
     """The lesson text of an answer, or ValueError saying what was wrong with it."""
     if not content or not content.strip():
         raise ValueError("empty answer")
-    match = _JSON_OBJECT.search(content)
-    if match is None:
+    # A model that reasoned first (thinking on, no reasoning parser) answers after its last </think>;
+    # the reasoning may hold braces of its own, so the answer is the last balanced object after it.
+    answer = content.rpartition(THINK_END)[2]
+    found = last_json_object(answer)
+    if found is None:
         raise ValueError(f"no JSON object in the answer {_describe(content)}")
     try:
-        payload = json.loads(match.group(0))
+        payload = json.loads(found)
     except json.JSONDecodeError as exc:
         raise ValueError(f"answer is not valid JSON ({exc.msg}) {_describe(content)}") from None
     text = payload.get("lesson") if isinstance(payload, dict) else None
@@ -208,6 +247,10 @@ class LlmBackend:
                     ],
                     temperature=self.settings.temperature,
                     max_tokens=self.settings.max_tokens,
+                    # SGLang and vLLM hand these to the chat template: Qwen3.5 thinks unless told not to.
+                    extra_body=None
+                    if self.settings.enable_thinking is None
+                    else {"chat_template_kwargs": {"enable_thinking": self.settings.enable_thinking}},
                 )
             except openai.APITimeoutError:
                 return self._error(card, f"timeout after {self.settings.timeout_s:g} s "

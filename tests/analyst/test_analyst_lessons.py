@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from chat_templates import QWEN35_STYLE
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from test_analyst_compiler_ledger import card
 
 from shopsimrl.analyst.config import LlmSettings
@@ -24,6 +26,7 @@ class _ChatServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.mode = "good"
+        self.last_body: dict = {}
         self.requests: list[dict] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -42,6 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.server
         with server.lock:
             server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+            server.last_body = body
             server.in_flight += 1
             server.max_in_flight = max(server.max_in_flight, server.in_flight)
         try:
@@ -60,9 +64,15 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "broken_body":
             self._send_raw(200, b'{"id": "x", "choices": [')
             return
+        if mode == "qwen35":
+            self._send_completion(_qwen35_answer(self.server.last_body))
+            return
         self.server.release.wait(0.05)  # overlap concurrent requests
         content = {"good": json.dumps({"lesson": GOOD}), "fenced": f"```json\n{json.dumps({'lesson': GOOD})}\n```",
                    "malformed": '{"lesson": "Check the cart.",}', "unterminated": '{"lesson": "Check', "no_lesson": '{"advice": "x"}'}[mode]  # fmt: skip
+        self._send_completion(content)
+
+    def _send_completion(self, content: str) -> None:
         self._send(200, {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": content}}]})  # fmt: skip
@@ -76,6 +86,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+# What a Qwen3.5 model served by SGLang answers (no reasoning parser): the server renders the messages
+# with the chat template and the request's chat_template_kwargs; thinking is on unless
+# enable_thinking is false, and then the content is the reasoning, braces and all, before the answer.
+REASONING = ('The agent added {"product": "P######", "price": 310.0} to the cart although the instruction '
+             'said {"max_price": 300}; it never compared them. So the lesson is about the price check.')
+
+
+def _qwen35_answer(body: dict) -> str:
+    template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(QWEN35_STYLE)
+    prompt = template.render(messages=body["messages"], tools=None, add_generation_prompt=True,
+                             **body.get("chat_template_kwargs", {}))  # fmt: skip
+    answer = json.dumps({"lesson": GOOD})
+    if prompt.endswith("<think>\n"):  # thinking: the reasoning, then the answer
+        return f"{REASONING}\n</think>\n\n{answer}"
+    assert prompt.endswith("<think>\n\n</think>\n\n"), prompt[-40:]
+    return answer
 
 
 @pytest.fixture
@@ -116,6 +144,24 @@ def test_good_answers_become_lessons_with_bounded_concurrency(server):
 def test_a_fenced_json_answer_is_accepted(server):
     server.mode = "fenced"
     assert backend(server).lessons(CARDS[:1])[0].lesson.text == GOOD
+
+
+def test_a_lesson_request_to_a_qwen35_template_server_parses(server):
+    """Qwen3.5's template thinks unless told not to: the request says enable_thinking false."""
+    server.mode = "qwen35"
+    [result] = backend(server).lessons(CARDS[:1])
+    assert result.error is None and result.lesson.text == GOOD
+    body = server.requests[0]["body"]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 1024
+
+
+def test_an_answer_with_reasoning_before_it_gives_the_last_json_object():
+    """A server that thinks anyway (no template switch): braces in the reasoning are not the answer."""
+    answer = f"{REASONING}\n</think>\n\n" + json.dumps({"lesson": GOOD, "why": {"turn": 3}})
+    assert parse_lesson(answer) == GOOD
+    assert parse_lesson(f"{REASONING} then the answer " + json.dumps({"lesson": "Use {braces} as text."})) == (
+        "Use {braces} as text.")
+    assert parse_lesson('An unclosed { in the reasoning, then {"lesson": "Check it."}') == "Check it."
 
 
 def test_http_500_is_retried_then_an_analysis_error(server):
