@@ -18,6 +18,15 @@ endif
 WANDB_DIR ?= wandb
 # The round, one source for run dir, checkpoints and W&B group: command line > environment > .env > default.
 WANDB_GROUP ?= $(or $(shell sed -n 's/^WANDB_GROUP=//p' .env 2>/dev/null | tail -n 1 | tr -d "\"'"),qwen35-4b-round-000)
+# W&B settings of the round runner (`make round`/`make rounds`), which hands them to every service it
+# starts: in compose the caller's environment wins over --env-file, so .env's must reach the runner.
+# Command line > environment > .env; empty everywhere: not passed (the runner's default, USE_WANDB=0).
+dotenv = $(shell sed -n 's/^$(1)=//p' .env 2>/dev/null | tail -n 1 | tr -d "\"'")
+USE_WANDB ?= $(call dotenv,USE_WANDB)
+WANDB_MODE ?= $(call dotenv,WANDB_MODE)
+WANDB_PROJECT ?= $(call dotenv,WANDB_PROJECT)
+WANDB_ENTITY ?= $(call dotenv,WANDB_ENTITY)
+ROUND_WANDB = $(foreach v,USE_WANDB WANDB_MODE WANDB_PROJECT WANDB_ENTITY,$(if $($(v)),$(v)=$($(v)) ))
 CANARY_TASKS ?= 10
 # configs/slime/smoke-2gpu.env on 80 GB cards (docs/operations.md).
 SMOKE_CONFIG ?= configs/slime/smoke.env
@@ -104,10 +113,10 @@ eval: ## Evaluate a checkpoint on held-out tasks: success/reward with CIs -> run
 # One round runner on both backends (shopsimrl/round/): on the host it writes round_state.json, the
 # next round's config and the report; RUNNER=docker starts the compose services train/analyze/gate.
 round: setup ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
-	$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
 
 rounds: setup ## COUNT rounds (2) unattended, each from the last one's checkpoint and selected skillbank; resumable [docker|local]
-	$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

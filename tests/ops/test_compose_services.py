@@ -76,6 +76,19 @@ def test_every_service_gets_the_round_the_w_and_b_switch_and_the_gpu_counts(serv
     assert (env["NUM_GPUS"], env["SMOKE_NUM_GPUS"]) == ("4", "2")
 
 
+@pytest.mark.parametrize("service", ["train", "train-smoke", "convert", "preflight", "canary", "analyze", "gate",
+                                     "eval", "wandb-sync", "report"])
+def test_every_service_gets_the_w_and_b_entity_and_a_private_servers_address(service):
+    """`--wandb-entity` of the round runner (it sets WANDB_ENTITY for compose) and a private server's
+    WANDB_BASE_URL reach the container; an unset WANDB_BASE_URL stays unset (passed by name: an empty
+    one would be a bad address to wandb)."""
+    env = container_env(service, {"WANDB_ENTITY": "team-a", "WANDB_BASE_URL": "https://wandb.example.com"})
+    assert env["WANDB_ENTITY"] == "team-a"
+    assert "WANDB_BASE_URL" in _services()[service]["environment"]
+    assert _services()[service]["environment"]["WANDB_BASE_URL"] is None
+    assert container_env(service, {})["WANDB_ENTITY"] == ""
+
+
 def test_no_service_default_or_production_config_names_a_round():
     """Round 000 appears only as the default of WANDB_GROUP itself; the configs name no round at all."""
     compose = (ROOT / "compose.yaml").read_text()

@@ -10,7 +10,8 @@ from ops_helpers import ROOT
 
 _ENV = {k: v for k, v in os.environ.items()
         if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS", "WANDB_NETRC", "SMOKE_CONFIG", "NUM_GPUS",
-                     "SMOKE_NUM_GPUS", "ANALYZE_CONFIG", "GATE_CONFIG", "EVAL_CONFIG")}
+                     "SMOKE_NUM_GPUS", "ANALYZE_CONFIG", "GATE_CONFIG", "EVAL_CONFIG", "USE_WANDB", "WANDB_MODE",
+                     "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP")}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -141,3 +142,24 @@ def test_docker_stage_configs_are_the_services_own_unless_given():
                                 "COMPOSE=printenv " + variable + " #"], cwd=ROOT, env=_ENV, capture_output=True,
                                text=True, timeout=60, check=True)
         assert given.stdout == "runs/g-round-001/x.yaml\n", target
+
+
+def test_rounds_pass_the_w_and_b_settings_of_dot_env_to_every_service_of_every_round(tmp_path):
+    """`make -n rounds COUNT=2` with .env from .env.example (USE_WANDB=1), then the printed command with
+    --dry-run: every compose service of both rounds gets .env's W&B settings. (In compose the caller's
+    environment wins over --env-file, and the round runner sets them from its own environment.)"""
+    for name in ("configs", ".venv", "pyproject.toml"):  # a checkout without the developer's .env
+        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / ".env").write_text((ROOT / ".env.example").read_text())
+    printed = subprocess.run(["make", "--no-print-directory", "-f", str(ROOT / "Makefile"), "-n", "rounds", "COUNT=2",
+                              "ROUND_ARGS=--dry-run"], cwd=tmp_path, env=_ENV, capture_output=True, text=True,
+                             timeout=60, check=True).stdout.strip().splitlines()[-1]  # fmt: skip
+    assert " training rounds configs/round.yaml --count 2 --compose " in printed and printed.endswith(" --dry-run")
+    result = subprocess.run(["bash", "-c", printed], cwd=tmp_path, env=_ENV, capture_output=True, text=True,
+                            timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    services = [line for line in result.stdout.splitlines() if " run --rm " in line]
+    assert [line.rsplit(" ", 1)[1] for line in services] == ["train", "analyze", "gate"] * 2
+    for line in services:
+        assert " USE_WANDB=1 WANDB_MODE=offline WANDB_PROJECT=shopsimrl " in line, line
+    assert sorted(os.listdir(tmp_path)) == [".env", ".venv", "configs", "pyproject.toml"]  # the dry run wrote nothing
