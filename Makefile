@@ -35,11 +35,23 @@ WANDB_NETRC ?= $(or $(wildcard $(HOME)/.netrc),/dev/null)
 # GPUs of a formal and of a smoke run (`make train NUM_GPUS=4`); unset: .env's, else the profile's (8, 1).
 NUM_GPUS ?=
 SMOKE_NUM_GPUS ?=
+# Who owns the outputs on the host: the invoking user (files on the bind mounts are theirs).
+HOST_UID ?= $(shell id -u)
+HOST_GID ?= $(shell id -g)
 # Passed visibly to compose.yaml: who owns the outputs on the host, the round, the credential file,
 # the GPU counts when make has them (compose reads .env's itself).
-COMPOSE_ENV := HOST_UID=$(shell id -u) HOST_GID=$(shell id -g) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)$(if $(NUM_GPUS), NUM_GPUS=$(NUM_GPUS))$(if $(SMOKE_NUM_GPUS), SMOKE_NUM_GPUS=$(SMOKE_NUM_GPUS))
+COMPOSE_ENV := HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)$(if $(NUM_GPUS), NUM_GPUS=$(NUM_GPUS))$(if $(SMOKE_NUM_GPUS), SMOKE_NUM_GPUS=$(SMOKE_NUM_GPUS))
 # Image pins for ${...} in compose.yaml come from docker/versions.env; host settings from .env.
-COMPOSE ?= $(COMPOSE_ENV) docker compose --env-file docker/versions.env $(if $(wildcard .env),--env-file .env)
+# STANDIN=1: the STAND-IN base images of a machine without a GPU or an image registry (`make engine`
+# builds them and writes docker/versions.local.env); compose.standin.yaml puts every service and
+# build on the host's network and drops the GPU reservation. Never on a training host.
+STANDIN ?= 0
+ifeq ($(filter $(STANDIN),0 1),)
+$(error STANDIN must be 0 or 1, got '$(STANDIN)')
+endif
+IMAGE_PINS := $(if $(filter 1,$(STANDIN)),docker/versions.local.env,docker/versions.env)
+COMPOSE_FILES := -f compose.yaml$(if $(filter 1,$(STANDIN)), -f compose.standin.yaml)
+COMPOSE ?= $(COMPOSE_ENV) docker compose $(COMPOSE_FILES) --env-file $(IMAGE_PINS) $(if $(wildcard .env),--env-file .env)
 # The stages' configs on RUNNER=local (the demo's). RUNNER=docker: the compose services' defaults,
 # the production configs with the round's keys set from WANDB_GROUP and the served checkpoint; a
 # *_CONFIG (a complete config of the round, run as written) or *_CHECKPOINT (the HF directory SGLang
@@ -60,7 +72,7 @@ export WANDB_GROUP
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
 by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
 
-.PHONY: help setup test test-slow lint demo preflight convert train-smoke train analyze gate eval round rounds wandb-sync report behavior \
+.PHONY: help setup test test-slow test-containers lint requirements engine demo preflight convert train-smoke train analyze gate eval round rounds wandb-sync report behavior \
 	canary shell \
 	images pin-images
 
@@ -82,6 +94,9 @@ test: setup ## Run the default test tier (CPU-only, offline)
 
 test-slow: setup ## Run the slow end-to-end tests only
 	$(PY) -m pytest -q -m slow
+
+test-containers: setup ## Build both images on stand-ins and run the services that need no GPU in containers (CI)
+	bash scripts/test_containers.sh $(PY)
 
 lint: setup ## Static checks: ruff, hadolint, shellcheck, bash -n, compose.yaml schema
 	$(PY) -m ruff check shopsimrl tests bench scripts && bash scripts/lint_static.sh $(VENV)
@@ -133,8 +148,15 @@ canary: ## CANARY_TASKS tasks (10) end to end; writes canary_report.json [docker
 shell: ## Interactive shell: the train container [docker] or bash with .venv active [local]
 	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm train bash,bash --init-file $(VENV)/bin/activate -i)
 
-images: ## Build the train and tools images from the pins in docker/versions.env [docker]
-	$(COMPOSE) build train wandb-sync
+images: ## Build the train and tools images from the pins in docker/versions.env (STANDIN=1: the stand-ins') [docker]
+	$(if $(filter 1,$(STANDIN)),@test -f $(IMAGE_PINS) || { echo "images: no $(IMAGE_PINS): run make engine first" >&2; exit 1; })
+	$(if $(shell docker buildx version >/dev/null 2>&1 || echo classic),DOCKER_BUILDKIT=0 )$(COMPOSE) build train wandb-sync
+
+requirements: setup ## Regenerate docker/requirements-train.txt and the tools lock from pyproject.toml
+	$(PY) -m shopsimrl.ops.image_requirements
+
+engine: ## Provision a Docker engine, a loopback registry and STAND-IN base images (no GPU, no image registry; root)
+	bash scripts/engine.sh
 
 pin-images: ## Resolve the base images' digests into docker/versions.env (needs registry access)
 	bash docker/pin_images.sh docker/versions.env

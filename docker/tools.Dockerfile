@@ -34,5 +34,6 @@ ENV WANDB_DIR=/workspace/wandb \
     WANDB_DATA_DIR=/workspace/wandb/data \
     WANDB_CACHE_DIR=/workspace/wandb/cache \
     SHOPSIMRL_IN_CONTAINER=1
-ENTRYPOINT ["shopsimrl"]
-CMD ["--help"]
+# No ENTRYPOINT: every service names its whole command (compose.yaml: ["shopsimrl", "wandb", ...]),
+# as in the train image.
+CMD ["shopsimrl", "--help"]
