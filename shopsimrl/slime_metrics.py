@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,9 @@ class _ProcessState:
     pending: _StepStash | None = None
     all_wrong_triage: list[tuple[str, str]] | None = None  # (triage_id, group_key) of this round
     retry_results_seen: int | None = None
+    # Step directories under traces/ that this process created: the only ones the log hook may rename
+    # (one that existed before holds another process's traces, e.g. the crashed attempt's rollout 0).
+    created_step_dirs: set[int] = field(default_factory=set)
 
 
 _STATE = _ProcessState()
@@ -170,7 +173,10 @@ def record_generated_rollout_groups(args: Any, all_groups: list[Any], data_sourc
         summary = summarize_group(leaves, metas)
         built.append((summary, build_group_trace(summary, leaves, step, options.reward_key, metas)))
     # Every trace is on disk before any triage record names it.
+    step_dir_existed = _step_dir(options.run_dir, step).exists()
     paths = write_group_traces(options.run_dir, [trace for _, trace in built])
+    if not step_dir_existed and _step_dir(options.run_dir, step).exists():
+        state.created_step_dirs.add(step)
 
     summaries: list[GroupSummary] = []
     queued = 0
@@ -265,16 +271,25 @@ def _take_stash(state: _ProcessState, rollout_id: int, accepted: frozenset[int])
     return stash
 
 
-def _rename_step_dir(run_dir: str, stashed_step: int, rollout_id: int) -> None:
-    source = Path(run_dir) / "traces" / f"step-{stashed_step}"
-    target = Path(run_dir) / "traces" / f"step-{rollout_id}"
+def _step_dir(run_dir: str, step: int) -> Path:
+    return Path(run_dir) / "traces" / f"step-{step}"  # shopsimrl.records' layout
+
+
+def _rename_step_dir(state: _ProcessState, run_dir: str, stashed_step: int, rollout_id: int) -> None:
+    source = _step_dir(run_dir, stashed_step)
+    target = _step_dir(run_dir, rollout_id)
     if not source.exists():
+        return
+    if stashed_step not in state.created_step_dirs:  # never move another process's traces
+        logger.warning("traces of rollout %s stay in %s: it existed before this process wrote to it", rollout_id, source)
         return
     if target.exists():  # e.g. left by a crashed attempt at this step: keep both, say where they are
         logger.warning("traces of rollout %s stay in %s because %s exists", rollout_id, source, target)
         return
     logger.warning("traces of rollout %s were numbered step %s; renamed to %s", rollout_id, stashed_step, target)
     source.rename(target)
+    state.created_step_dirs.discard(stashed_step)
+    state.created_step_dirs.add(rollout_id)
 
 
 def enrich_rollout_metrics(
@@ -297,7 +312,7 @@ def enrich_rollout_metrics(
     if stash is not None:
         groups = stash.groups
         if stash.rollout_step != rollout_id:
-            _rename_step_dir(options.run_dir, stash.rollout_step, rollout_id)
+            _rename_step_dir(state, options.run_dir, stash.rollout_step, rollout_id)
     else:
         groups = [summarize_group(g) for g in group_samples_by_index(samples)]
     setattr(args, ROLLOUT_STEP_ATTR, rollout_id + 1)  # the next rollout's groups are step rollout_id + 1

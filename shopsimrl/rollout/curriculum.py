@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.contract import Arm
 from shopsimrl.errors import ConfigError
+from shopsimrl.models.slime_saves import latest_iteration
 from shopsimrl.rollout.skillbank import Skillbank
 
 # Attribute of slime's `args` holding the rollout step being generated (see `rollout_step`).
@@ -102,11 +103,25 @@ def rollout_step(args: Any) -> int:
     RolloutManager process): the local driver sets `args.shopsim_rollout_step` before each step;
     under slime it starts at `args.start_rollout_id` and `advance_rollout_step` moves it on once per
     finished training rollout (called by the all-samples hook).
+
+    On a resume slime leaves `start_rollout_id` unset in the RolloutManager's copy of `args` (it is set
+    on the driver's only after the actors loaded, slime/ray/placement_group.py:218), so the step is
+    then what the actor resumes at: the iteration of `args.load`'s Megatron tracker + 1 (0 without one).
     """
     step = getattr(args, ROLLOUT_STEP_ATTR, None)
     if step is None:
-        step = getattr(args, "start_rollout_id", None) or 0
+        step = getattr(args, "start_rollout_id", None)
+    if step is None:
+        step = _resumed_rollout_id(getattr(args, "load", None))
     return int(step)
+
+
+def _resumed_rollout_id(load: str | None) -> int:
+    """The first rollout of a start from `load`: its tracker's iteration + 1 (slime's actor.py:107)."""
+    if load is None:
+        return 0
+    iteration = latest_iteration(load)
+    return 0 if iteration is None else iteration + 1
 
 
 def advance_rollout_step(args: Any) -> int:

@@ -23,6 +23,7 @@ data position a start restores). What stands in, because Megatron is not vendore
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import types
@@ -73,12 +74,17 @@ def _launch(argv: list[str]) -> dict:
     from slime.utils.arguments import slime_validate_args
 
     from shopsimrl.models.slime_saves import latest_iteration
+    from shopsimrl.rollout.curriculum import rollout_step
 
     args, _megatron_only = _parser().parse_known_args(argv)
     for key, value in _PRE_PARSED.items():
         setattr(args, key, value)
     args.custom_config_path = None  # the plugin options are not under test here
     slime_validate_args(args)
+    # The RolloutManager gets a copy of args now, before create_training_models sets start_rollout_id
+    # on the driver's (slime/ray/placement_group.py:218-219, train.py:19-21): the step our generate
+    # and all-samples hooks number its first rollout with.
+    rollout_manager_step = rollout_step(copy.copy(args))
     megatron_dir = args.load is not None and _is_megatron_checkpoint(args.load)
     tracker = latest_iteration(args.load) if megatron_dir else None
     loaded_iteration = 0 if args.finetune or tracker is None else tracker
@@ -92,6 +98,7 @@ def _launch(argv: list[str]) -> dict:
         "start_rollout_id_after_validate": args.start_rollout_id, "load_is_megatron": megatron_dir,
         "loads_iteration": tracker, "start_rollout_id": start, "num_rollout": args.num_rollout,
         "rollouts_trained": max(0, args.num_rollout - start), "data_sample_offset": source.sample_offset,
+        "rollout_manager_step": rollout_manager_step,
     }  # fmt: skip
 
 

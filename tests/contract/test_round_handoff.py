@@ -89,7 +89,7 @@ def test_round_001_starts_from_round_000s_final_weights_with_a_fresh_optimizer(l
     assert got["load_is_megatron"] and got["loads_iteration"] == 199
     assert (got["finetune"], got["no_load_optim"], got["no_load_rng"]) == (True, True, True)
     assert got["start_rollout_id_after_validate"] == 0
-    assert (got["start_rollout_id"], got["rollouts_trained"]) == (0, 200)
+    assert (got["start_rollout_id"], got["rollouts_trained"], got["rollout_manager_step"]) == (0, 200, 0)
     assert got["data_sample_offset"] == 0  # round 000's data position (3200) is not carried over
     assert got["save"] == str(launch_dir / "checkpoints" / R1)  # round 001's saves never mix into round 000's
 
@@ -106,6 +106,8 @@ def test_a_crash_inside_round_001_resumes_round_001_not_round_000(launch_dir, tm
     assert (got["finetune"], got["no_load_optim"], got["no_load_rng"]) == (False, False, False)  # optimizer, RNG too
     assert got["start_rollout_id_after_validate"] is None
     assert (got["start_rollout_id"], got["rollouts_trained"], got["data_sample_offset"]) == (40, 160, 640)
+    # Our hooks in the RolloutManager number the first resumed rollout as the actor does (F5).
+    assert got["rollout_manager_step"] == 40
     assert got["ref_load"] == str(launch_dir / "checkpoints" / R0)
 
 

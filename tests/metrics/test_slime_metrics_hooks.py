@@ -178,6 +178,22 @@ def test_step_numbering_follows_the_real_rollout_id(tmp_path):
     assert args.shopsim_rollout_step == 9  # the curriculum's counter moved on for the next groups
 
 
+def test_a_step_directory_another_process_wrote_is_never_renamed(tmp_path):
+    """A resumed RolloutManager that still numbered its first rollout 0 must not move rollout 0's
+    original traces (the triage lines of rollout 0 name them, and the Analyst reads them)."""
+    run_dir = tmp_path / "train"
+    first = make_group(1, [Traj(1.0), Traj(0.0)])
+    slime_metrics.record_generated_rollout_groups(_args(run_dir), [first], _data_source())  # the crashed process
+    original = (run_dir / "traces" / "step-0" / "group-1.json").read_bytes()
+    slime_metrics.reset_process_state()  # the relaunch: a new RolloutManager process
+    resumed = make_group(2, [Traj(1.0), Traj(0.0)])
+    args = _args(run_dir)
+    slime_metrics.record_generated_rollout_groups(args, [resumed], _data_source())
+    slime_metrics.enrich_rollout_metrics(40, args, flatten_group(resumed), {}, 1.0)
+    assert (run_dir / "traces" / "step-0" / "group-1.json").read_bytes() == original
+    assert not (run_dir / "traces" / "step-40" / "group-1.json").exists()
+
+
 def test_the_local_driver_numbers_the_step(tmp_path):
     args = _args(tmp_path / "train")
     args.shopsim_rollout_step = 5  # what the local driver sets before generating step 5
