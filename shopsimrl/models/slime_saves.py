@@ -11,11 +11,13 @@ per save. docs/slime_handoff.md says how a next round uses them.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"  # Megatron's name (get_checkpoint_tracker_filename)
 HF_SAVES_DIR = "hf"  # --save-hf <save>/hf/rollout-{rollout_id}
+HF_INDEX_FILE = "model.safetensors.index.json"  # written last by slime's HF exporter
 _HF_SAVE_NAME = re.compile(r"rollout-(\d+)")
 
 
@@ -53,12 +55,45 @@ def hf_saves(save_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def hf_save_problem(path: Path) -> str | None:
+    """Why an `hf/rollout-<n>` directory is not a whole save, or None when it is.
+
+    slime's exporter creates the directory and copies the config first, writes the shards, and the
+    index `model.safetensors.index.json` last (hf_checkpoint_saver.py): a save is whole when the
+    index is there and every file its weight_map names exists.
+    """
+    index = path / HF_INDEX_FILE
+    if not index.is_file():
+        return f"no {HF_INDEX_FILE}"
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{HF_INDEX_FILE} is unreadable ({exc.__class__.__name__}: {exc})"
+    missing = [name for name in files if not (path / name).is_file()]
+    if missing:
+        return f"{', '.join(missing)} of its index {'is' if len(missing) == 1 else 'are'} missing"
+    return None
+
+
 def last_hf_save(save_dir: str | Path) -> Path:
-    """The highest-numbered `hf/rollout-<n>` directory of a slime save dir (the round's final policy)."""
+    """The highest-numbered `hf/rollout-<n>` directory of a slime save dir (the round's final policy).
+
+    An incomplete newest save (a crash during the final export) is an error naming it, never served
+    and never skipped in favour of an older one: SGLang loads a partial set of shards without complaint.
+    """
     saves = hf_saves(save_dir)
     if not saves:
         raise SlimeSaveError(
             f"{save_dir}: no Hugging Face save (no {HF_SAVES_DIR}/rollout-<n> directory); slime writes "
             f"them with --save-hf {save_dir}/{HF_SAVES_DIR}/rollout-{{rollout_id}} at every --save-interval"
         )
-    return saves[-1][1]
+    newest = saves[-1][1]
+    problem = hf_save_problem(newest)
+    if problem is not None:
+        fallback = f", or move {newest.name} aside to serve {saves[-2][1]}" if len(saves) > 1 else " (no earlier save)"
+        raise SlimeSaveError(
+            f"{newest}: the newest Hugging Face save is incomplete ({problem}): slime's exporter writes the "
+            f"index last, so the export was cut short. Export the final iteration again on a GPU host{fallback}"
+        )
+    return newest

@@ -110,12 +110,16 @@ class DockerBackend:
 
     def train(self, config: RoundConfig, *, settings: WandbSettings, echo: Echo,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> Trained:  # fmt: skip
-        from shopsimrl.models.slime_saves import last_hf_save
+        from shopsimrl.models.slime_saves import SlimeSaveError, last_hf_save
 
         self._run(config, "train", config.slime_train().service, train_environment(config), settings, echo)
         if self.dry_run:
             return Trained(Path(f"<last HF save of {config.checkpoint_dir}>"), "0" * 64, save_dir=config.checkpoint_dir)
-        checkpoint = last_hf_save(config.checkpoint_dir)
+        try:
+            checkpoint = last_hf_save(config.checkpoint_dir)
+        except SlimeSaveError as exc:  # the service exited 0 but left nothing to serve: say where to look
+            log = config.round_dir / LOG_DIR / "train.log"
+            raise RoundError(f"train: {exc}; the training's output is in {log}") from None
         return Trained(checkpoint, self.checkpoint_sha256(checkpoint), save_dir=config.checkpoint_dir)
 
     def analyze(self, config: RoundConfig, checkpoint: Path, *, settings: WandbSettings, echo: Echo) -> None:

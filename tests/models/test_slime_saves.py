@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -16,9 +18,22 @@ def _save_dir(tmp_path, tracker: str | None, hf_ids: list[int]):
         (save / "latest_checkpointed_iteration.txt").write_text(tracker)
         (save / f"iter_{int(tracker) if tracker.strip().isdigit() else 0:07d}").mkdir()
     for rollout_id in hf_ids:
-        (save / "hf" / f"rollout-{rollout_id}").mkdir(parents=True)
-        (save / "hf" / f"rollout-{rollout_id}" / "config.json").write_text("{}")
+        _hf_export(save / "hf" / f"rollout-{rollout_id}")
     return save
+
+
+SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+def _hf_export(path, *, shards=SHARDS, index=True):
+    """What slime's --save-hf exporter leaves: config first, then the shards, the index last."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    for name in shards:
+        (path / name).write_bytes(b"w")
+    if index:
+        weight_map = {"model.embed_tokens.weight": SHARDS[0], "lm_head.weight": SHARDS[1], "model.norm.weight": SHARDS[1]}
+        (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
 def test_latest_iteration_reads_the_tracker(tmp_path) -> None:
@@ -52,6 +67,39 @@ def test_last_hf_save_is_the_highest_rollout_by_number_not_by_name(tmp_path) -> 
     (save / "hf" / "notes.txt").write_text("")
     assert last_hf_save(save) == save / "hf" / "rollout-199"
     assert [n for n, _ in hf_saves(save)] == [9, 19, 99, 199]
+
+
+@pytest.mark.parametrize(
+    ("shards", "index", "reason"),
+    [
+        (SHARDS, False, "no model.safetensors.index.json"),
+        (SHARDS[:1], True, f"{SHARDS[1]} of its index is missing"),
+    ],
+    ids=["no-index", "missing-shard"],
+)
+def test_an_incomplete_newest_hf_save_is_a_loud_error_naming_it(tmp_path, shards, index, reason) -> None:
+    """A crash during the final export leaves the directory without its index or shards; serving it
+    would load uninitialised layers (SGLang does not check), so it is never taken, nor skipped silently."""
+    save = _save_dir(tmp_path, "199", [179])
+    newest = save / "hf" / "rollout-199"
+    _hf_export(newest, shards=shards, index=index)
+    with pytest.raises(SlimeSaveError) as err:
+        last_hf_save(save)
+    assert str(err.value) == (
+        f"{newest}: the newest Hugging Face save is incomplete ({reason}): slime's exporter writes the "
+        "index last, so the export was cut short. Export the final iteration again on a GPU host, or move "
+        f"{newest.name} aside to serve {save / 'hf' / 'rollout-179'}"
+    )
+    (save / "hf" / "rollout-179").rename(save / "hf" / "old-179")
+    with pytest.raises(SlimeSaveError) as err:
+        last_hf_save(save)
+    assert str(err.value).endswith("Export the final iteration again on a GPU host (no earlier save)"
+    )
+
+
+def test_a_complete_save_whose_index_names_each_shard_once_or_more_is_taken(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [179, 199])
+    assert last_hf_save(save) == save / "hf" / "rollout-199"
 
 
 def test_no_hf_save_is_an_error_naming_the_dir_and_the_flag(tmp_path) -> None:

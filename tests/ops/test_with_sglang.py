@@ -86,8 +86,11 @@ def test_serves_the_named_checkpoint_runs_the_command_and_stops_the_server(tmp_p
 
 
 def test_an_empty_checkpoint_is_the_rounds_last_hf_save(tmp_path: Path, env: dict[str, str]):
-    for n in (3, 12, 9):
-        (tmp_path / f"checkpoints/g-round-001/hf/rollout-{n}").mkdir(parents=True)
+    for n in (3, 12, 9):  # whole exports: the shard and the index slime's exporter writes last
+        save = tmp_path / f"checkpoints/g-round-001/hf/rollout-{n}"
+        save.mkdir(parents=True)
+        (save / "model-00001-of-00001.safetensors").write_bytes(b"w")
+        (save / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors"}}))
     result = _run(tmp_path, {**env, "SGLANG_CHECKPOINT": ""}, "bash", "-c", 'echo "$SGLANG_CHECKPOINT"')
     assert result.returncode == 0, result.stderr
     assert result.stdout == "checkpoints/g-round-001/hf/rollout-12\n"

@@ -63,6 +63,8 @@ if service == "train":
         for name, data in shards.items():
             (hf / name).write_bytes(data)
         weight_map = {"embed.weight": "model-00001-of-00002.safetensors", "head.weight": "model-00002-of-00002.safetensors"}
+        if n == 19 and os.environ.get("CUT_FINAL_EXPORT"):  # the node died before the index was written
+            continue
         (hf / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
         # checkpoints/<group>/latest_checkpointed_iteration.txt: Megatron's tracker, after each save.
         (ckpt / "latest_checkpointed_iteration.txt").write_text(str(n))
@@ -162,6 +164,22 @@ def test_a_training_that_logged_no_rollout_finishes_its_round_and_a_rerun_is_not
     assert set(train["outputs"]) == {"checkpoint"}  # only what exists is recorded
     again = run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
     assert again.ran == [] and len(_calls(calls)) == 3
+
+
+def test_a_training_that_left_an_incomplete_final_export_stops_the_round_naming_it_and_the_log(tmp_path, compose,
+                                                                                                  monkeypatch):
+    """slime's relaunch after a crash during the final export trains nothing and exits 0 (its tracker is
+    already at the last rollout): the round stops with the save and the log named, not a traceback."""
+    command, calls = compose
+    config = round_config_from_mapping(_docker_round(tmp_path), "test")
+    monkeypatch.setenv("CUT_FINAL_EXPORT", "1")
+    with pytest.raises(RoundError) as excinfo:
+        run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    final = tmp_path / "checkpoints" / "gpu-round-000" / "hf" / "rollout-19"
+    log = tmp_path / "runs" / "gpu-round-000" / "logs" / "train.log"
+    assert str(excinfo.value).startswith(f"train: {final}: the newest Hugging Face save is incomplete ")
+    assert str(excinfo.value).endswith(f"; the training's output is in {log}")
+    assert [c["service"] for c in _calls(calls)] == ["train"]
 
 
 def test_a_failed_service_is_named_with_its_log_and_the_round_resumes_from_it(tmp_path, compose, monkeypatch, capsys):
