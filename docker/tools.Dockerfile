@@ -24,8 +24,12 @@ COPY pyproject.toml README.md ./
 COPY shopsimrl shopsimrl
 COPY scripts scripts
 COPY configs configs
+# The production pins and what this image was built from, for `shopsimrl preflight` inside it.
+COPY docker/versions.env docker/versions.env
 RUN pip install --no-deps /opt/shopsimrl \
-    && shopsimrl --help > /dev/null
+    && shopsimrl --help > /dev/null \
+    && printf '{"image": "tools", "base": "%s", "digest": "%s"}\n' \
+       "${PYTHON_IMAGE}:${PYTHON_IMAGE_TAG}" "${PYTHON_IMAGE_DIGEST}" > /opt/shopsimrl/IMAGE.json
 
 RUN useradd --create-home --uid 1000 shopsimrl
 USER 1000:1000

@@ -41,9 +41,13 @@ COPY pyproject.toml README.md ./
 COPY shopsimrl shopsimrl
 COPY scripts scripts
 COPY configs configs
+# The production pins and what this image was built from, for `shopsimrl preflight` inside it.
+COPY docker/versions.env docker/versions.env
 RUN pip install --no-cache-dir --no-deps /opt/shopsimrl \
     && pip freeze > /opt/shopsimrl/pip-freeze.txt \
-    && shopsimrl --help > /dev/null
+    && shopsimrl --help > /dev/null \
+    && printf '{"image": "train", "base": "%s", "digest": "%s"}\n' \
+       "${SLIME_IMAGE}:${SLIME_IMAGE_TAG}" "${SLIME_IMAGE_DIGEST}" > /opt/shopsimrl/IMAGE.json
 
 # /workspace holds the bind mounts (runs/, checkpoints/, wandb/, configs/); W&B never writes to the
 # container layer.

@@ -70,6 +70,8 @@ def preflight(
     )
     from shopsimrl.storage import atomic_write_json
 
+    # In one of our images the host's checks (Docker, compose, images) cannot run: check the container.
+    inside_container = inside_container or os.environ.get("SHOPSIMRL_IN_CONTAINER") == "1"
     mode = Runner.CONTAINER if inside_container else Runner(runner)
     if inside_container and not (root / "docker" / "versions.env").is_file():
         root = Path("/opt/shopsimrl") if Path("/opt/shopsimrl").is_dir() else root

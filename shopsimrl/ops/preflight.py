@@ -82,6 +82,7 @@ class PreflightContext:
     mountinfo: Path = Path("/proc/self/mountinfo")
     slime_dir: Path = Path("/root/slime")
     slime_commit_file: Path = Path(SLIME_COMMIT_FILE)
+    image_file: Path = Path("/opt/shopsimrl/IMAGE.json")  # what the image is and was built from
     workspace: Path = Path(compose_schema.CONTAINER_WORKSPACE)
 
 
@@ -603,17 +604,24 @@ def container_checks(ctx: PreflightContext, engine: CheckResult, images: CheckRe
 def run_preflight(ctx: PreflightContext) -> list[CheckResult]:
     """Every check for the runner, in a fixed order."""
     if ctx.runner is Runner.CONTAINER:
+        from shopsimrl.ops.preflight_image import check_image_base, check_sglang, image_kind
+
         checks: list[Callable[[PreflightContext], CheckResult]] = [
             check_wandb_import,
             check_wandb_status,
-            check_gpu,
+            check_image_base,
             check_persistent_mounts,
             check_wandb_dirs,
-            check_free_disk,
-            check_slime_source,
-            check_launch_inputs,
-            check_chat_template,
         ]
+        if image_kind(ctx) == "train":  # the tools image only syncs and exports: no GPU, model or slime
+            checks += [
+                check_gpu,
+                check_sglang,
+                check_free_disk,
+                check_slime_source,
+                check_launch_inputs,
+                check_chat_template,
+            ]
         return [check(ctx) for check in checks]
     results = [
         check(ctx)

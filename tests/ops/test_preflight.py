@@ -58,9 +58,25 @@ def test_local_runner_on_this_host_passes_and_skips_docker(tmp_path):
     assert not failed(results), render_table(results)
 
 
+def _path_without(tool: str, path: str, tmp_path: Path) -> str:
+    """PATH with one binary hidden: each directory holding `tool` is replaced by a directory of links
+    to everything else in it (dropping the directory would hide bash too, where docker is in /usr/bin)."""
+    entries = []
+    for index, directory in enumerate(path.split(":")):
+        if not (Path(directory) / tool).exists():
+            entries.append(directory)
+            continue
+        shadow = tmp_path / f"path-without-{tool}-{index}"
+        shadow.mkdir()
+        for entry in Path(directory).iterdir():
+            if entry.name != tool:
+                (shadow / entry.name).symlink_to(entry)
+        entries.append(str(shadow))
+    return ":".join(entries)
+
+
 def test_docker_runner_without_docker_fails_and_says_what_it_could_not_check(tmp_path):
-    env = _env(tmp_path, PATH=f"{tmp_path}/empty:{Path(sys.executable).parent}:/usr/bin:/bin")
-    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "docker").exists())
+    env = _env(tmp_path, PATH=_path_without("docker", f"{Path(sys.executable).parent}:/usr/bin:/bin", tmp_path))
     results = run_preflight(PreflightContext(root=ROOT, runner=Runner.DOCKER, env=env, min_free_gib=0.01))
     named = _by_name(results)
     assert (named["Docker engine"].status, named["Docker engine"].detail) == (Status.FAIL, "`docker` not found")
