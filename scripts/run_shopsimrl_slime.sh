@@ -168,10 +168,16 @@ HOOK_ARGS=(--custom-generate-function-path shopsimrl.slime_hooks.generate
   --custom-rollout-log-function-path shopsimrl.slime_metrics.enrich_rollout_metrics
   --custom-config-path "${OPTIONS_FILE}")
 
+# The KL loss only with a weight: --use-kl-loss alone makes slime load the reference model (a pinned
+# CPU copy of the weights on every rank) and run its forward every step (placement_group.py:178).
+# The hand-off does not need it: --ref-load is slime's start for a --load without a tracker either way.
+if [[ "${KL_LOSS_COEF}" =~ ^[+-]?0*(\.0*)?$ ]]; then
+  KL_ARGS=()
+else
+  KL_ARGS=(--use-kl-loss --kl-loss-coef "${KL_LOSS_COEF}" --kl-loss-type low_var_kl)
+fi
 GRPO_ARGS=(--advantage-estimator grpo
-  --use-kl-loss
-  --kl-loss-coef "${KL_LOSS_COEF}"
-  --kl-loss-type low_var_kl
+  "${KL_ARGS[@]}"
   --entropy-coef "${ENTROPY_COEF}"
   --eps-clip "${EPS_CLIP}"
   --eps-clip-high "${EPS_CLIP_HIGH}")

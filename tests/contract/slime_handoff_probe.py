@@ -99,6 +99,8 @@ def _launch(argv: list[str]) -> dict:
         "loads_iteration": tracker, "start_rollout_id": start, "num_rollout": args.num_rollout,
         "rollouts_trained": max(0, args.num_rollout - start), "data_sample_offset": source.sample_offset,
         "rollout_manager_step": rollout_manager_step,
+        # Whether slime builds a reference model (restated from slime/ray/placement_group.py:178).
+        "reference_model": args.kl_coef != 0 or args.use_kl_loss,
     }  # fmt: skip
 
 

@@ -92,6 +92,7 @@ def test_round_001_starts_from_round_000s_final_weights_with_a_fresh_optimizer(l
     assert (got["start_rollout_id"], got["rollouts_trained"], got["rollout_manager_step"]) == (0, 200, 0)
     assert got["data_sample_offset"] == 0  # round 000's data position (3200) is not carried over
     assert got["save"] == str(launch_dir / "checkpoints" / R1)  # round 001's saves never mix into round 000's
+    assert got["reference_model"] is False  # KL_LOSS_COEF=0: no reference copy, the hand-off as before (F8)
 
 
 def test_a_crash_inside_round_001_resumes_round_001_not_round_000(launch_dir, tmp_path) -> None:

@@ -421,3 +421,20 @@ def test_the_round_runner_hands_each_round_its_own_rollout_seed_and_start(tmp_pa
     assert seeds[0] != seeds[1]
     assert value_of(run.submit, "--ref-load") == str(ROOT / "checkpoints/qwen35-4b-round-000")
     assert value_of(run.submit, "--load") == str(ROOT / "checkpoints/qwen35-4b-round-001")
+
+
+@pytest.mark.parametrize(("coef", "passed"), [(None, False), ("0", False), ("0.0", False), ("0.01", True)])
+def test_the_kl_loss_flags_only_with_a_nonzero_coefficient(tmp_path: Path, coef, passed):
+    """slime loads a reference model (a pinned CPU copy of the weights on every rank, a forward per step)
+    whenever --use-kl-loss is passed, whatever its coefficient (slime/ray/placement_group.py:178)."""
+    config = "configs/slime/smoke.env"
+    if coef is not None:
+        config = str(tmp_path / "kl.env")
+        Path(config).write_text(f"source configs/slime/smoke.env\nKL_LOSS_COEF={coef}\n")
+    run = dry_run(config)
+    assert run.returncode == 0, run.stderr
+    flags = set(flags_in_command(run.submit))
+    assert {"--use-kl-loss", "--kl-loss-coef", "--kl-loss-type"} & flags == (
+        {"--use-kl-loss", "--kl-loss-coef", "--kl-loss-type"} if passed else set())
+    if passed:
+        assert value_of(run.submit, "--kl-loss-coef") == coef
