@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from shopsimrl.ops import compose_schema, slime_flags
-from shopsimrl.ops.preflight_launch import check_chat_template, check_launch_inputs
+from shopsimrl.ops.preflight_launch import check_chat_template, check_gpu_count, check_launch_inputs
 
 SCHEMA_VERSION = 1
 COMPOSE_FILE = "compose.yaml"
@@ -616,6 +616,7 @@ def run_preflight(ctx: PreflightContext) -> list[CheckResult]:
         if image_kind(ctx) == "train":  # the tools image only syncs and exports: no GPU, model or slime
             checks += [
                 check_gpu,
+                check_gpu_count,
                 check_sglang,
                 check_free_disk,
                 check_slime_source,

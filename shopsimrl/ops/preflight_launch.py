@@ -6,6 +6,9 @@
   (shopsimrl.ops.chat_template); SKIP with the reason when no checkpoint is present.
 - `check_disk_for_profile`: free disk against what the formal profile will write (saves x size,
   shopsimrl.ops.footprint), not a fixed threshold.
+- `check_gpu_count`: the GPUs visible against what the formal and smoke profiles train on
+  (ACTOR_NUM_GPUS_PER_NODE: NUM_GPUS / SMOKE_NUM_GPUS or the profile's default), which
+  `ray start --num-gpus` trusts: too few fail minutes into the run with a CUDA device error.
 
 They run where the paths are real: inside the train container (the docker runner's preflight), and
 on the host when the model directory is there (MODELS_DIR, default ./models).
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from shopsimrl.ops.preflight import CheckResult, PreflightContext
 
 FORMAL_CONFIG = "configs/slime/formal.env"
+SMOKE_CONFIG = "configs/slime/smoke.env"
 MODEL_NAME = "Qwen3.5-4B"
 _TIMEOUT_S = 120
 
@@ -68,6 +72,34 @@ def model_args(ctx: PreflightContext) -> list[str]:
     result = subprocess.run(["bash", "-c", script], cwd=_launch_dir(ctx), env=_env(ctx), capture_output=True,
                             text=True, timeout=_TIMEOUT_S, check=True)  # fmt: skip
     return [arg for arg in result.stdout.split("\0") if arg]
+
+
+def profile_gpus(ctx: PreflightContext, config: str) -> int:
+    """ACTOR_NUM_GPUS_PER_NODE of a launch profile, sourced as the launcher sources it."""
+    script = f'source configs/slime/common.env && source {shlex.quote(config)} && printf "%s" "$ACTOR_NUM_GPUS_PER_NODE"'
+    result = subprocess.run(["bash", "-c", script], cwd=_launch_dir(ctx), env=_env(ctx), capture_output=True,
+                            text=True, timeout=_TIMEOUT_S, check=True)  # fmt: skip
+    return int(result.stdout)
+
+
+def check_gpu_count(ctx: PreflightContext) -> CheckResult:
+    name = "GPUs for the launch profiles"
+    if shutil.which("nvidia-smi", path=ctx.env.get("PATH")) is None:
+        return _result(name, "SKIP", "nvidia-smi not found (see: GPU visible)")
+    listing = subprocess.run(["nvidia-smi", "-L"], env=ctx.env, capture_output=True, text=True,
+                             timeout=_TIMEOUT_S, check=False)  # fmt: skip
+    visible = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+    try:
+        wanted = {config: profile_gpus(ctx, config) for config in (FORMAL_CONFIG, SMOKE_CONFIG)}
+    except (subprocess.SubprocessError, ValueError) as exc:
+        return _result(name, "FAIL", f"cannot read the profiles' GPU counts: {exc}", "fix NUM_GPUS / SMOKE_NUM_GPUS")
+    detail = f"{visible} GPU(s) visible; {FORMAL_CONFIG} trains on {wanted[FORMAL_CONFIG]}, {SMOKE_CONFIG} on {wanted[SMOKE_CONFIG]}"
+    if wanted[FORMAL_CONFIG] > visible:
+        return _result(name, "FAIL", detail, f"set NUM_GPUS={visible} in .env (or make train NUM_GPUS={visible}); "
+                       f"the profile's default is for {wanted[FORMAL_CONFIG]}-GPU hosts")  # fmt: skip
+    if wanted[SMOKE_CONFIG] > visible:
+        return _result(name, "FAIL", detail, f"set SMOKE_NUM_GPUS={visible} in .env (or make train-smoke SMOKE_NUM_GPUS={visible})")
+    return _result(name, "PASS", detail)
 
 
 def _value(argv: list[str], flag: str) -> str:

@@ -253,3 +253,34 @@ def test_container_credentials_come_from_the_mounted_netrc_or_the_passed_key(tmp
     assert (result.status, result.detail) == (Status.PASS, f"credentials for {host} in netrc {mounted} (mounted)")
     env.update(NETRC="/dev/null", WANDB_API_KEY="k" * 40)
     assert check_wandb_status(PreflightContext(root=ROOT, runner=Runner.CONTAINER, env=env)).status is Status.PASS
+
+
+def _nvidia_smi(tmp_path: Path, count: int) -> str:
+    """A PATH whose nvidia-smi lists `count` GPUs as `nvidia-smi -L` does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    lines = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(count))
+    tool.write_text(f"#!/bin/sh\nprintf '{lines}'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def test_the_visible_gpus_are_compared_with_the_profiles_count_in_the_container(tmp_path):
+    """`ray start --num-gpus N` trusts the profile; on a 4-GPU host the default 8 fails minutes in."""
+    from shopsimrl.ops.preflight_launch import check_gpu_count
+
+    env = _env(tmp_path, PATH=_nvidia_smi(tmp_path, 4))
+    ctx = PreflightContext(root=ROOT, runner=Runner.CONTAINER, env=env, workspace=ROOT)
+    result = check_gpu_count(ctx)
+    assert (result.status, result.detail) == (
+        Status.FAIL, "4 GPU(s) visible; configs/slime/formal.env trains on 8, configs/slime/smoke.env on 1")
+    assert result.fix == "set NUM_GPUS=4 in .env (or make train NUM_GPUS=4); the profile's default is for 8-GPU hosts"
+    env["NUM_GPUS"] = "4"
+    result = check_gpu_count(ctx)
+    assert (result.status, result.detail) == (
+        Status.PASS, "4 GPU(s) visible; configs/slime/formal.env trains on 4, configs/slime/smoke.env on 1")
+    env["SMOKE_NUM_GPUS"] = "6"
+    assert check_gpu_count(ctx).status is Status.FAIL
+    names = [r.name for r in run_preflight(ctx)]
+    assert "GPUs for the launch profiles" in names
