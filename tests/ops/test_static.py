@@ -210,3 +210,42 @@ def test_plugin_option_files_validate():
         # Relative, with the group filled in by the launcher (shopsimrl.ops.launch).
         assert options.run_dir == "runs/{group}/train"
         assert set(yaml.safe_load(path.read_text())) == {"shopsim"}
+
+
+def test_the_model_directory_and_the_run_outputs_are_never_committed():
+    """docs/operations.md downloads the model to ./models (MODELS_DIR): gigabytes no `git add` may pick up."""
+    for path in ("models/Qwen3.5-4B/model-00001-of-00002.safetensors", "runs/g/train/metrics.jsonl",
+                 "checkpoints/g/iter_0000199/common.pt", "wandb/offline-run-x/run-x.wandb", ".env"):
+        result = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False)
+        assert result.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parent directories decides."""
+    excluded = False
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern.lstrip("!").rstrip("/")
+        regex = re.escape(body).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        if any(re.fullmatch(regex, prefix) for prefix in prefixes):
+            excluded = not negated
+    return excluded
+
+
+def test_the_build_context_holds_what_the_dockerfiles_copy_and_none_of_the_big_directories():
+    """Without BuildKit (the classic builder, podman) the whole context is sent: .venv/, runs/, checkpoints/,
+    wandb/ and models/ can be hundreds of GB."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]  # fmt: skip
+    copied = []
+    for dockerfile in (ROOT / "docker").glob("*.Dockerfile"):
+        for line in dockerfile.read_text().splitlines():
+            if line.startswith("COPY ") and "--from" not in line:
+                copied += line.split()[1:-1]
+    assert copied and all(not _dockerignored(source.rstrip("/"), patterns) for source in copied), copied
+    assert not _dockerignored("shopsimrl/cli.py", patterns)
+    for big in (".venv/lib/x.py", ".engine/data", "runs/g/x", "checkpoints/g/x", "wandb/x", "models/Qwen3.5-4B/x",
+                "artifacts/x", ".git/HEAD", "shopsimrl/__pycache__/cli.cpython-312.pyc"):
+        assert _dockerignored(big, patterns), big
