@@ -70,7 +70,10 @@ ROUND_ARGS ?=
 export WANDB_GROUP
 
 # $(call by_runner,SERVICE,CLI ARGS): the compose service with RUNNER=docker, the CLI with RUNNER=local.
-by_runner = $(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
+by_runner = $(if $(filter docker,$(RUNNER)),$(VOLUME_DIRS) && $(COMPOSE) run --rm $(1),$(SHOPSIMRL) $(2))
+# The bind mounts' host directories, made by the invoking user before a service starts: a missing one
+# would be made by dockerd, as root, and a service running as HOST_UID could not write into it.
+VOLUME_DIRS = for dir in runs checkpoints wandb artifacts; do [ -d "$$dir" ] || install -d -o $(HOST_UID) -g $(HOST_GID) "$$dir"; done
 
 .PHONY: help setup test test-slow test-containers lint requirements engine demo preflight convert train-smoke train analyze gate eval round rounds wandb-sync report behavior \
 	canary shell \

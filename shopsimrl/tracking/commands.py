@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import click
@@ -38,13 +39,37 @@ def sync_command(wandb_dir: Path | None, dry_run: bool, timeout_s: float) -> Non
     Example: shopsimrl wandb sync /persistent/wandb --timeout 900
     """
     from shopsimrl.tracking.settings import ENV_DIR
-    from shopsimrl.tracking.sync import SyncStatus, credentials_hint, format_table, server_url, sync_runs
+    from shopsimrl.errors import StageInterrupted
+    from shopsimrl.tracking.sync import (
+        SyncStatus,
+        credentials_hint,
+        find_offline_runs,
+        format_table,
+        server_url,
+        sync_runs,
+    )
 
     root = wandb_dir or Path(os.environ.get(ENV_DIR) or "wandb")
+
+    def _interrupt(signum: int, _frame: object) -> None:
+        # Raised inside the wait on `wandb sync`, which kills that run's process group (its marker
+        # stays unwritten, so the next sync uploads it again); the runs already marked stay synced.
+        synced = sum(run.synced for run in find_offline_runs(root))
+        raise StageInterrupted("wandb sync", signum, f"{synced} run(s) under {root} are marked synced, "
+                               "the others are not; run the same command again to upload them")
+
+    # In a container the command is PID 1, which the kernel spares SIGTERM's default action.
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         results = sync_runs(root, dry_run=dry_run, timeout_s=timeout_s)
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from exc
+    except StageInterrupted as exc:
+        click.echo(str(exc), err=True)
+        raise SystemExit(exc.code) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if not results:
         click.echo(f"no offline runs under {root}")
         return
@@ -110,7 +135,8 @@ def verify_command(stage_dir: Path, run_file: Path | None, run_path: str | None)
     "offline_dirs",
     multiple=True,
     type=click.Path(path_type=Path),
-    help="Read offline run files under this dir (repeatable) instead of the W&B server.",
+    help="Read offline run files under this dir (repeatable) instead of the W&B server "
+    "(default when WANDB_MODE is not online: $WANDB_DIR, the runs as they were written).",
 )
 @click.option("--project-path", help="Online source ENTITY/PROJECT (default: $WANDB_ENTITY/$WANDB_PROJECT).")
 @click.option(
@@ -146,14 +172,18 @@ def export_command(
     """
     from shopsimrl.diagnostics import ExportError, OfflineHistorySource, OnlineHistorySource, export_history
     from shopsimrl.errors import StorageError
-    from shopsimrl.tracking.settings import WandbSettings
+    from shopsimrl.tracking.settings import WandbMode, WandbSettings
 
     try:
+        settings = WandbSettings.from_env()
+        if not offline_dirs and not project_path and settings.mode is not WandbMode.ONLINE:
+            # Offline (the default): the runs on disk are the record; the server may never have seen them.
+            offline_dirs = (settings.dir,)
+            click.echo(f"reading the offline runs under {settings.dir} (WANDB_MODE={settings.mode.value})")
         if offline_dirs:
             source = OfflineHistorySource(list(offline_dirs))
         else:
             if not project_path:
-                settings = WandbSettings.from_env()
                 entity = os.environ.get("WANDB_ENTITY")
                 if not entity:
                     raise click.UsageError(

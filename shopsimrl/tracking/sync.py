@@ -250,10 +250,15 @@ def _sync_one(
         env=dict(env),
     )
     try:
-        output, _ = process.communicate(timeout=timeout_s)
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except BaseException:
+            # A timeout, or a signal handler's exception: wandb and its wandb-core child, in their own
+            # session, would otherwise outlive us and go on uploading.
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            raise
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
         return SyncResult(
             run,
             SyncStatus.TIMEOUT,

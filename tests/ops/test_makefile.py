@@ -27,9 +27,9 @@ def listed_targets() -> list[str]:
 
 def test_help_is_the_default_goal_and_lists_the_required_targets():
     assert make().stdout == make("help").stdout
-    assert listed_targets() == ["help", "setup", "test", "test-slow", "lint", "demo", "preflight", "convert",
+    assert listed_targets() == ["help", "setup", "test", "test-slow", "test-containers", "lint", "demo", "preflight", "convert",
                                 "train-smoke", "train", "analyze", "gate", "eval", "round", "rounds", "wandb-sync", "report", "behavior", "canary",
-                                "shell", "images", "pin-images"]
+                                "shell", "images", "requirements", "engine", "pin-images"]
 
 
 @pytest.mark.parametrize("runner", ["docker", "local"])
@@ -69,7 +69,7 @@ def test_fixed_cli_commands_on_the_local_runner():
 
 
 def test_docker_runner_runs_the_compose_service():
-    compose = "docker compose --env-file docker/versions.env"
+    compose = "docker compose -f compose.yaml --env-file docker/versions.env"
     for target in ("convert", "train-smoke", "train", "analyze", "gate", "eval", "wandb-sync", "report", "canary"):
         line = _last_line(target)
         assert compose in line and line.endswith(f"run --rm {target}"), line
@@ -82,6 +82,16 @@ def test_docker_runner_runs_the_compose_service():
     assert _last_line("shell").endswith("run --rm train bash")
 
 
+def test_standin_swaps_the_pins_and_adds_the_override_and_volume_dirs_come_first():
+    line = _last_line("wandb-sync", "STANDIN=1")
+    assert "docker compose -f compose.yaml -f compose.standin.yaml --env-file docker/versions.local.env" in line
+    # The bind mounts' directories are the invoking user's, made before compose would make them as root.
+    assert line.startswith("for dir in runs checkpoints wandb artifacts; do [ -d \"$dir\" ] || install -d -o ")
+    assert _last_line("images", "STANDIN=1").endswith("build train wandb-sync")
+    result = make("help", "STANDIN=yes")
+    assert result.returncode == 2 and "STANDIN must be 0 or 1, got 'yes'" in result.stderr
+
+
 def test_unknown_runner_is_an_error():
     result = make("help", "RUNNER=slurm")
     assert result.returncode == 2
@@ -91,7 +101,7 @@ def test_unknown_runner_is_an_error():
 def _compose_env(*args: str, env: dict | None = None) -> dict[str, str]:
     result = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env or _ENV,
                             capture_output=True, text=True, timeout=60, check=True)
-    prefix = result.stdout.strip().splitlines()[-1].split(" docker compose ")[0]
+    prefix = result.stdout.strip().splitlines()[-1].split(" docker compose ")[0].split(" && ")[-1]
     return dict(item.split("=", 1) for item in prefix.split())
 
 
