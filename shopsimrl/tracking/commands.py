@@ -38,8 +38,8 @@ def sync_command(wandb_dir: Path | None, dry_run: bool, timeout_s: float) -> Non
 
     Example: shopsimrl wandb sync /persistent/wandb --timeout 900
     """
-    from shopsimrl.tracking.settings import ENV_DIR
     from shopsimrl.errors import StageInterrupted
+    from shopsimrl.tracking.settings import ENV_DIR
     from shopsimrl.tracking.sync import (
         SyncStatus,
         credentials_hint,
