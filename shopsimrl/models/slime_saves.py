@@ -2,6 +2,7 @@
 
     latest_iteration("checkpoints/qwen35-4b-round-000")   # 199, or None before the first save
     last_hf_save("checkpoints/qwen35-4b-round-000")       # .../hf/rollout-199 (what SGLang serves)
+    prune_saves("checkpoints/qwen35-4b-round-000")        # every other iter_* and hf/rollout-*, removed
 
 A slime save directory holds Megatron's tracker `latest_checkpointed_iteration.txt` (the iteration
 = the rollout id of the newest save, or `release`), the `iter_<7 digits>/` checkpoints, and, with
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"  # Megatron's name (get_checkpoint_tracker_filename)
 HF_SAVES_DIR = "hf"  # --save-hf <save>/hf/rollout-{rollout_id}
 HF_INDEX_FILE = "model.safetensors.index.json"  # written last by slime's HF exporter
 _HF_SAVE_NAME = re.compile(r"rollout-(\d+)")
+_ITER_NAME = re.compile(r"iter_(\d{7})")  # Megatron's get_checkpoint_name
 
 
 class SlimeSaveError(Exception):
@@ -97,3 +100,26 @@ def last_hf_save(save_dir: str | Path) -> Path:
             f"index last, so the export was cut short. Export the final iteration again on a GPU host{fallback}"
         )
     return newest
+
+
+def prune_saves(save_dir: str | Path) -> list[Path]:
+    """Remove every `iter_<n>` but the tracker's and every `hf/rollout-<n>` but the last; returns them.
+
+    For a finished round: the next round reads only the tracker's iteration (START_LOAD) and the
+    round's later stages only the last HF save, while slime keeps every save (no retention option),
+    ~60 GiB each for Qwen3.5-4B. Both kept saves must be whole first (else SlimeSaveError, nothing
+    removed); anything not named by Megatron's or --save-hf's pattern is left alone.
+    """
+    root = Path(save_dir)
+    iteration = latest_iteration(root)
+    if iteration is None:
+        raise SlimeSaveError(f"{root}: no {TRACKER_FILE}: nothing pruned")
+    kept_iter = root / f"iter_{iteration:07d}"
+    if not kept_iter.is_dir():
+        raise SlimeSaveError(f"{kept_iter} (named by {root / TRACKER_FILE}) is missing: nothing pruned")
+    kept_hf = last_hf_save(root)
+    doomed = sorted(p for p in root.iterdir() if _ITER_NAME.fullmatch(p.name) and p.is_dir() and p != kept_iter)
+    doomed += [path for _, path in hf_saves(root) if path != kept_hf]
+    for path in doomed:
+        shutil.rmtree(path)
+    return doomed

@@ -110,7 +110,7 @@ class DockerBackend:
 
     def train(self, config: RoundConfig, *, settings: WandbSettings, echo: Echo,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> Trained:  # fmt: skip
-        from shopsimrl.models.slime_saves import SlimeSaveError, last_hf_save
+        from shopsimrl.models.slime_saves import SlimeSaveError, last_hf_save, prune_saves
 
         self._run(config, "train", config.slime_train().service, train_environment(config), settings, echo)
         if self.dry_run:
@@ -120,6 +120,16 @@ class DockerBackend:
         except SlimeSaveError as exc:  # the service exited 0 but left nothing to serve: say where to look
             log = config.round_dir / LOG_DIR / "train.log"
             raise RoundError(f"train: {exc}; the training's output is in {log}") from None
+        if config.slime_train().keep_saves == "last":
+            try:
+                removed = prune_saves(config.checkpoint_dir)
+            except SlimeSaveError as exc:  # keep everything: the round goes on, the disk is the operator's
+                echo(f"round {config.group}: saves not pruned: {exc}")
+            else:
+                if removed:
+                    echo(f"round {config.group}: removed the earlier saves {', '.join(p.name for p in removed)} of "
+                         f"{config.checkpoint_dir}; kept the tracker's iteration and {checkpoint.name} "
+                         "(train.keep_saves: last)")  # fmt: skip
         return Trained(checkpoint, self.checkpoint_sha256(checkpoint), save_dir=config.checkpoint_dir)
 
     def analyze(self, config: RoundConfig, checkpoint: Path, *, settings: WandbSettings, echo: Echo) -> None:

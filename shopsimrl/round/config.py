@@ -84,6 +84,11 @@ class SlimeTrain(_Strict):
 
     service: Literal["train", "train-smoke"] = "train"
     shopsim: dict[str, Any] = Field(..., description="slime plugin options (configs/shopsim.formal.yaml's shopsim:)")
+    keep_saves: Literal["last", "all"] = Field(
+        "last",
+        description="last: once the training finished, remove every save but the last iter_<n> and hf/rollout-<n> "
+        "(all a later stage or round reads; slime keeps every save, ~60 GiB each); all: keep them",
+    )
 
 
 class Tracking(_Strict):

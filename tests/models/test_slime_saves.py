@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from shopsimrl.cli import main
-from shopsimrl.models.slime_saves import SlimeSaveError, hf_saves, last_hf_save, latest_iteration
+from shopsimrl.models.slime_saves import SlimeSaveError, hf_saves, last_hf_save, latest_iteration, prune_saves
 
 
 def _save_dir(tmp_path, tracker: str | None, hf_ids: list[int]):
@@ -125,3 +125,29 @@ def test_cli_exits_2_with_the_reason_when_there_is_none(tmp_path) -> None:
     result = CliRunner().invoke(main, ["slime", "last-hf-save", str(save)])
     assert result.exit_code == 2
     assert result.output.startswith(f"error: {save}: no Hugging Face save")
+
+
+def test_prune_keeps_the_trackers_iteration_and_the_last_hf_save_only(tmp_path) -> None:
+    """What a finished round's later stages and the next round read: iter_<tracker> (START_LOAD) and
+    the last hf/rollout-N (analyze, gate, eval). Nothing else of slime's (rollout/ data states) is touched."""
+    save = _save_dir(tmp_path, "199", [19, 99, 199])
+    for n in (19, 99):
+        (save / f"iter_{n:07d}").mkdir()
+    (save / "rollout").mkdir()
+    (save / "rollout" / "global_dataset_state_dict_199.pt").write_bytes(b"d")
+    (save / "iter_0000099.partial").mkdir()  # not Megatron's pattern: left alone
+    removed = prune_saves(save)
+    assert removed == [save / "iter_0000019", save / "iter_0000099", save / "hf" / "rollout-19", save / "hf" / "rollout-99"]
+    assert sorted(p.name for p in save.iterdir()) == [
+        "hf", "iter_0000099.partial", "iter_0000199", "latest_checkpointed_iteration.txt", "rollout"]
+    assert [p.name for p in (save / "hf").iterdir()] == ["rollout-199"]
+    assert prune_saves(save) == []
+
+
+def test_prune_removes_nothing_when_the_last_saves_are_not_whole(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [99, 199])
+    (save / "iter_0000099").mkdir()
+    (save / "iter_0000199").rmdir()  # the tracker names an iteration that is not there
+    with pytest.raises(SlimeSaveError, match="iter_0000199 .* is missing: nothing pruned"):
+        prune_saves(save)
+    assert (save / "iter_0000099").is_dir() and (save / "hf" / "rollout-99").is_dir()

@@ -83,11 +83,11 @@ elif service == "gate":
 """
 
 
-def _docker_round(tmp_path: Path) -> dict:
+def _docker_round(tmp_path: Path, **train: str) -> dict:
     return {"schema_version": 1,
             "round": {"group": "gpu-round-000", "backend": "docker", "runs_root": str(tmp_path / "runs"),
                       "checkpoints_root": str(tmp_path / "checkpoints")},
-            "train": {"service": "train", "shopsim": {"skillbank": str(SKILLBANK), "max_turns": 12}},
+            "train": {"service": "train", "shopsim": {"skillbank": str(SKILLBANK), "max_turns": 12}, **train},
             "analysis": {"lessons": {"backend": "rules"}, "trial": {"generator": "sglang", "tokenizer": "/models/x",
                                                                    "sglang_url": "http://127.0.0.1:30000"}},
             "gate": {"generator": {"backend": "sglang", "url": "http://127.0.0.1:30000"},
@@ -142,6 +142,9 @@ def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_pat
         assert {s: v["status"] for s, v in state.items()} == dict.fromkeys(("train", "analysis", "gate"), "finished")
         assert state["train"]["save_dir"] == str(ckpts / group)
         assert (runs / group / "round_report.md").is_file() and (runs / group / "logs" / "train.log").is_file()
+        # Only what a later stage or round reads stays: START_LOAD's iteration and the served HF save.
+        assert sorted(p.name for p in (ckpts / group).iterdir()) == ["hf", "iter_0000019", "latest_checkpointed_iteration.txt"]
+        assert [p.name for p in (ckpts / group / "hf").iterdir()] == ["rollout-19"]
     nxt = load_round_config(runs / "gpu-round-001" / "next_round.yaml")
     assert nxt.round.start_load == str(ckpts / "gpu-round-001") and nxt.tracking.enabled is True
     assert "make round RUNNER=docker" in (runs / "gpu-round-000" / "next_round.yaml").read_text()
@@ -180,6 +183,15 @@ def test_a_training_that_left_an_incomplete_final_export_stops_the_round_naming_
     assert str(excinfo.value).startswith(f"train: {final}: the newest Hugging Face save is incomplete ")
     assert str(excinfo.value).endswith(f"; the training's output is in {log}")
     assert [c["service"] for c in _calls(calls)] == ["train"]
+
+
+def test_keep_saves_all_prunes_nothing(tmp_path, compose):
+    command, _ = compose
+    config = round_config_from_mapping(_docker_round(tmp_path, keep_saves="all"), "test")
+    run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
+    save = tmp_path / "checkpoints" / "gpu-round-000"
+    assert sorted(p.name for p in (save / "hf").iterdir()) == ["rollout-19", "rollout-9"]
+    assert (save / "iter_0000009").is_dir()
 
 
 def test_a_failed_service_is_named_with_its_log_and_the_round_resumes_from_it(tmp_path, compose, monkeypatch, capsys):
