@@ -218,6 +218,9 @@ def test_the_model_directory_and_the_run_outputs_are_never_committed():
                  "checkpoints/g/iter_0000199/common.pt", "wandb/offline-run-x/run-x.wandb", ".env"):
         result = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False)
         assert result.returncode == 0, f"{path} is not ignored by .gitignore"
+    for path in ("shopsimrl/models/slime_saves.py", "tests/models/test_slime_saves.py"):  # the code's own models/
+        result = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, check=False)
+        assert result.returncode == 1, f"{path} is ignored by .gitignore"
 
 
 def _dockerignored(path: str, patterns: list[str]) -> bool:
