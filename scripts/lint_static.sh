@@ -14,6 +14,6 @@ for file in "${shell_files[@]}"; do
   bash -n "${file}"
 done
 "${VENV}/bin/shellcheck" -x "${shell_files[@]}"
-"${VENV}/bin/hadolint" docker/*.Dockerfile
+"${VENV}/bin/hadolint" docker/*.Dockerfile docker/standin/*.Dockerfile
 "${VENV}/bin/check-jsonschema" --builtin-schema vendor.compose-spec compose.yaml
 echo "lint_static: ${#shell_files[@]} shell files, $(find docker -name '*.Dockerfile' | wc -l) Dockerfiles, compose.yaml: ok"
