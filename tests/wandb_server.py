@@ -1,27 +1,39 @@
 """A W&B-compatible HTTP server for tests: the part of the protocol `wandb sync` (wandb 0.31.0) speaks.
 
 Only what the real `wandb sync` was seen to send is answered (every request of it logged against a
-catch-all server, offline runs with config, history, summary, console, system stats and a Table):
+catch-all server: offline runs with config, history, summary, console, system stats, Tables and file
+artifacts, and the train/analysis/gate/rounds runs of a tiny ShopSimRL round):
 
     POST /graphql  UpsertBucket         creates the run; later calls update it (null fields: unchanged)
     POST /graphql  ServerFeaturesQuery  optional server features: answered with none, the baseline protocol
-    POST /graphql  CreateRunFiles       one upload URL per run file (config.yaml, wandb-summary.json, ...)
-    PUT  <upload URL>                   a file's bytes; no W&B credentials, the URL is the authorisation
+    POST /graphql  CreateRunFiles       one upload URL per run file (config.yaml, wandb-summary.json,
+                                        media/table/*.table.json, ...)
+    POST /graphql  CreateArtifact       a PENDING version (a Table is a `run_table` artifact of its own); with
+                                        the digest of a COMMITTED version of the collection: that one
+    POST /graphql  CreateArtifactManifest   the FULL manifest's id; asked again with the digest: its upload URL
+    POST /graphql  CreateArtifactFiles  one upload URL per file (name, base64 MD5), storage layout V2
+    POST /graphql  CommitArtifact       COMMITTED, version vN of its collection, aliases (e.g. latest) moved to it
+    PUT  <upload URL>                   a run file's, an artifact file's or a manifest's bytes; no W&B
+                                        credentials, the URL is the authorisation
     POST /files/<entity>/<project>/<run>/file_stream
                                         lines by offset of wandb-history.jsonl, wandb-summary.json,
                                         wandb-events.jsonl, output.log; the last one `complete` + `exitcode`
 
-Every other request (another GraphQL operation, e.g. CreateArtifact for a logged Table; a REST path;
-an upload URL this server did not hand out; a call without `Authorization: Basic api:<key>`) is
-recorded in `unexpected` and refused (400/401/403/404). Nothing here claims that is how the real
-server refuses it: `wandb sync` swallows such failures (a refused CreateArtifact still ends in
-"Finished syncing" and the `.synced` marker), so `check()` raises for them and the `wandb_server`
-fixture calls it after each test. Set WANDB_ERROR_REPORTING=false for wandb: otherwise wandb-core
-also posts its own telemetry to <base_url>/sdk/otel/v1/metrics, which this server does not implement.
+Every other request (another GraphQL operation, e.g. NotifyScriptableRunAlert for an alert of an offline
+run; a shape of one of the above the stand-in does not model: multipart uploads, patch or incremental
+manifests, regional storage; a REST path; an upload URL this server did not hand out; a call without
+`Authorization: Basic api:<key>`) is recorded in `unexpected` and refused (400/401/403/404). So is a
+CommitArtifact before every file of the uploaded manifest arrived with the MD5 the manifest names (the
+stand-in's own check: the real server does not refuse that). Nothing here claims that is how the real
+server refuses: `wandb sync` swallows such failures (a refused operation still ends in "Finished
+syncing" and the `.synced` marker), so `check()` raises for them and the `wandb_server` fixture calls it
+after each test. Set WANDB_ERROR_REPORTING=false for wandb: otherwise wandb-core also posts its own
+telemetry to <base_url>/sdk/otel/v1/metrics, which this server does not implement.
 
     with WandbServer() as server:               # 127.0.0.1, ephemeral port, stops after lifetime_s
         ...  # WANDB_BASE_URL=server.url wandb sync ...
         run = server.snapshot().run("abc123")  # .history, .summary, .config, .files, .exit_code
+        data = server.snapshot().artifact("my-data")  # version with alias latest: .files[name].content
     server.check()
 
 As a process (records go to DIR/wandb_server_records.json on SIGUSR1 and on exit; DIR/wandb_server.json
@@ -36,6 +48,7 @@ import argparse
 import base64
 import copy
 import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -50,7 +63,7 @@ from typing import Any
 
 RECORDS_FILE = "wandb_server_records.json"
 READY_FILE = "wandb_server.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 HISTORY, SUMMARY, EVENTS, OUTPUT = (
     "wandb-history.jsonl",
     "wandb-summary.json",
@@ -60,6 +73,8 @@ HISTORY, SUMMARY, EVENTS, OUTPUT = (
 _FILE_STREAM = re.compile(r"^/files/([^/]+)/([^/]+)/([^/]+)/file_stream$")
 _UPLOAD_PREFIX = "/_uploads/"  # where this server's upload URLs point (the real one hands out bucket URLs)
 _OPERATION = re.compile(r"^\s*(?:query|mutation)\s+(\w+)")
+PENDING, COMMITTED = "PENDING", "COMMITTED"  # W&B's ArtifactState values the stand-in uses
+MANIFEST_NAME = "wandb_manifest.json"  # the FULL manifest: the only kind the stand-in implements
 # UpsertBucket variables kept on the run (a null one leaves the stored value as it is).
 _BUCKET_FIELDS = {"groupName": "group", "jobType": "job_type", "displayName": "name", "notes": "notes",
                   "tags": "tags", "host": "host", "program": "program"}  # fmt: skip
@@ -116,6 +131,52 @@ class RunRecord:
         return self.lines(OUTPUT)
 
 
+@dataclass
+class ArtifactFileRecord:
+    """One file of an artifact: the digest the client declared and the bytes that arrived."""
+
+    name: str  # path inside the artifact
+    digest: str  # base64 MD5, as in the manifest and CreateArtifactFiles' md5
+    content: bytes | None = None  # None until its upload URL received a PUT
+
+    @property
+    def uploaded_digest(self) -> str | None:
+        """Base64 MD5 of the bytes that arrived (W&B's digest format), None before the upload."""
+        return None if self.content is None else _b64_md5(self.content)
+
+
+@dataclass
+class ArtifactRecord:
+    """One artifact version as the server holds it."""
+
+    id: str  # the opaque id the server answered
+    entity: str
+    project: str
+    name: str  # the collection (sequence) name
+    type: str
+    digest: str  # the client's MANIFEST_MD5 digest of the manifest
+    run_path: str | None  # "entity/project/run_id" of the run that logged it
+    state: str = PENDING
+    version: int | None = None  # vN, given at commit
+    aliases: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    description: str | None = None
+    metadata: dict[str, Any] | None = None  # the client's JSON string, parsed
+    history_step: int | None = None
+    files: dict[str, ArtifactFileRecord] = field(default_factory=dict)  # from CreateArtifactFiles
+    manifest: dict[str, Any] | None = None  # the uploaded wandb_manifest.json, parsed
+    manifest_digest: str | None = None  # base64 MD5 of the manifest file, declared before its upload
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.name}:v{self.version}" if self.version is not None else f"{self.name}:pending"
+
+    @property
+    def manifest_digests(self) -> dict[str, str]:
+        """Path inside the artifact -> digest, from the uploaded manifest."""
+        return {path: entry["digest"] for path, entry in (self.manifest or {}).get("contents", {}).items()}
+
+
 @dataclass(frozen=True)
 class RequestRecord:
     method: str
@@ -129,6 +190,7 @@ class Records:
     """What arrived, in a form that survives a JSON round trip (`to_json` / `load_records`)."""
 
     runs: dict[str, RunRecord] = field(default_factory=dict)  # "entity/project/run_id" -> run
+    artifacts: dict[str, ArtifactRecord] = field(default_factory=dict)  # server id -> version
     requests: list[RequestRecord] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)  # one line per refused request
 
@@ -137,6 +199,14 @@ class Records:
         found = [run for run in self.runs.values() if run.run_id == run_id]
         if len(found) != 1:
             raise KeyError(f"{len(found)} runs with id {run_id!r}; have {sorted(self.runs)}")
+        return found[0]
+
+    def artifact(self, name: str, alias: str = "latest") -> ArtifactRecord:
+        """The one artifact version of collection `name` (in any entity/project) holding `alias`."""
+        found = [a for a in self.artifacts.values() if a.name == name and alias in a.aliases]
+        if len(found) != 1:
+            have = sorted(f"{a.name} {a.aliases}" for a in self.artifacts.values())
+            raise KeyError(f"{len(found)} artifacts {name!r} with alias {alias!r}; have {have}")
         return found[0]
 
     def to_json(self) -> dict[str, Any]:
@@ -148,9 +218,17 @@ class Records:
             }
             data["files"] = {name: _encode_bytes(content) for name, content in run.files.items()}
             runs[path] = data
+        artifacts = {}
+        for artifact_id, artifact in self.artifacts.items():
+            data = asdict(artifact)
+            for name, file in artifact.files.items():
+                content = file.content
+                data["files"][name]["content"] = None if content is None else _encode_bytes(content)
+            artifacts[artifact_id] = data
         return {
             "schema_version": SCHEMA_VERSION,
             "runs": runs,
+            "artifacts": artifacts,
             "requests": [asdict(request) for request in self.requests],
             "unexpected": list(self.unexpected),
         }
@@ -169,7 +247,20 @@ class Records:
             }
             raw["files"] = {name: _decode_bytes(content) for name, content in raw["files"].items()}
             runs[path] = RunRecord(**raw)
-        return cls(runs, [RequestRecord(**r) for r in data["requests"]], list(data["unexpected"]))
+        artifacts = {}
+        for artifact_id, raw in data["artifacts"].items():
+            raw = dict(raw)
+            raw["files"] = {
+                name: ArtifactFileRecord(
+                    file["name"],
+                    file["digest"],
+                    None if file["content"] is None else _decode_bytes(file["content"]),
+                )
+                for name, file in raw["files"].items()
+            }
+            artifacts[artifact_id] = ArtifactRecord(**raw)
+        requests = [RequestRecord(**r) for r in data["requests"]]
+        return cls(runs, artifacts, requests, list(data["unexpected"]))
 
 
 def load_records(path: str | os.PathLike[str]) -> Records:
@@ -200,6 +291,10 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def _b64_md5(content: bytes) -> str:
+    return base64.b64encode(hashlib.md5(content).digest()).decode("ascii")
+
+
 def _global_id(kind: str, *parts: str) -> str:
     # Opaque ids in the form W&B's GraphQL uses (base64 of "Kind:v1:..."); clients only echo them.
     return base64.b64encode(":".join((kind, "v1", *parts)).encode()).decode()
@@ -226,7 +321,9 @@ class WandbServer:
         self._lock = threading.Lock()
         self._stop_lock = threading.Lock()  # stop() may run from the lifetime timer and the owner at once
         self._records = Records()
-        self._uploads: dict[str, tuple[str, str]] = {}  # upload token -> (run path, file name)
+        # upload token -> what it stores: ("run", run path, file name), ("artifact", artifact id, file name)
+        # or ("manifest", artifact id, MANIFEST_NAME)
+        self._uploads: dict[str, tuple[str, str, str]] = {}
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -290,6 +387,10 @@ class WandbServer:
         return self.snapshot().requests
 
     @property
+    def artifacts(self) -> dict[str, ArtifactRecord]:
+        return self.snapshot().artifacts
+
+    @property
     def unexpected(self) -> list[str]:
         return self.snapshot().unexpected
 
@@ -324,6 +425,18 @@ class WandbServer:
             return {"data": {"serverInfo": {"features": []}}}
         if operation == "CreateRunFiles":
             return {"data": {"createRunFiles": self._create_run_files(variables, upload_base)}}
+        if operation == "CreateArtifact":
+            return {"data": {"createArtifact": self._create_artifact(variables["input"])}}
+        if operation == "CreateArtifactManifest":
+            return {
+                "data": {"createArtifactManifest": self._create_artifact_manifest(variables, upload_base)}
+            }
+        if operation == "CreateArtifactFiles":
+            return {
+                "data": {"createArtifactFiles": self._create_artifact_files(variables["input"], upload_base)}
+            }
+        if operation == "CommitArtifact":
+            return {"data": {"commitArtifact": self._commit_artifact(variables["artifactID"])}}
         raise _Refused(400, "GraphQL operation not implemented by the stand-in")
 
     def _upsert_bucket(self, v: dict[str, Any]) -> dict[str, Any]:
@@ -380,19 +493,159 @@ class WandbServer:
             run = self._records.runs.get(path)
             if run is None:
                 raise _Refused(404, f"CreateRunFiles for unknown run {path}")
-            files = []
-            for name in v["files"]:
-                token = secrets.token_urlsafe(16)
-                self._uploads[token] = (path, name)
-                files.append({"name": name, "uploadUrl": f"{upload_base}{_UPLOAD_PREFIX}{token}"})
+            files = [{"name": name, "uploadUrl": self._upload_url(upload_base, "run", path, name)}
+                     for name in v["files"]]  # fmt: skip
             return {"runID": run.storage_id, "uploadHeaders": [], "files": files}
+
+    def _upload_url(self, upload_base: str, kind: str, key: str, name: str) -> str:
+        token = secrets.token_urlsafe(16)
+        self._uploads[token] = (kind, key, name)
+        return f"{upload_base}{_UPLOAD_PREFIX}{token}"
 
     def upload(self, token: str, content: bytes) -> None:
         with self._lock:
             if token not in self._uploads:
                 raise _Refused(403, "upload URL not handed out by this server")
-            path, name = self._uploads[token]
-            self._records.runs[path].files[name] = content
+            kind, key, name = self._uploads[token]
+            if kind == "run":
+                self._records.runs[key].files[name] = content
+                return
+            artifact = self._records.artifacts[key]
+            if artifact.state != PENDING:
+                raise _Refused(400, f"upload to {artifact.qualified_name}, which is {artifact.state}")
+            if kind == "artifact":
+                artifact.files[name].content = content
+            elif artifact.manifest_digest != _b64_md5(content):  # what CreateArtifactManifest declared
+                raise _Refused(400, f"manifest of {artifact.name} is not the one declared (MD5 mismatch)")
+            else:
+                artifact.manifest = _json_object(content)
+
+    # Artifacts, in the order wandb-core's ArtifactSaver sends them: CreateArtifact (PENDING, or an
+    # existing COMMITTED version with the same digest: then nothing else is sent), CreateArtifactManifest
+    # without upload, CreateArtifactFiles + a PUT per file, CreateArtifactManifest with the digest and an
+    # upload URL + the manifest's PUT, CommitArtifact.
+    def _create_artifact(self, v: dict[str, Any]) -> dict[str, Any]:
+        for unmodelled in ("distributedID", "storageRegion"):  # patch manifests, regional storage
+            if v.get(unmodelled) is not None:
+                raise _Refused(400, f"CreateArtifact with {unmodelled} (not implemented by the stand-in)")
+        entity = v.get("entityName") or self.default_entity
+        project, name, type_ = v["projectName"], v["artifactCollectionName"], v["artifactTypeName"]
+        with self._lock:
+            run_path = None
+            if v.get("runName"):
+                run_path = f"{entity}/{project}/{v['runName']}"
+                if run_path not in self._records.runs:
+                    raise _Refused(404, f"CreateArtifact for unknown run {run_path}")
+            collection = [a for a in self._records.artifacts.values()
+                          if (a.entity, a.project, a.name) == (entity, project, name)]  # fmt: skip
+            if any(a.type != type_ for a in collection):
+                raise _Refused(
+                    400, f"CreateArtifact {name!r} of type {type_!r}: the collection has another type"
+                )
+            committed = sorted((a for a in collection if a.state == COMMITTED), key=lambda a: a.version or 0)
+            same = [a for a in committed if a.digest == v["digest"]]
+            if same and v.get("enableDigestDeduplication"):
+                artifact = same[-1]
+            else:
+                artifact = ArtifactRecord(
+                    id=_global_id("Artifact", entity, project, name, str(len(collection))),
+                    entity=entity,
+                    project=project,
+                    name=name,
+                    type=type_,
+                    digest=v["digest"],
+                    run_path=run_path,
+                    aliases=[alias["alias"] for alias in v.get("aliases") or []],
+                    tags=[tag["tagName"] for tag in v.get("tags") or []],
+                    description=v.get("description"),
+                    metadata=None if v.get("metadata") is None else json.loads(v["metadata"]),
+                    history_step=v.get("historyStep"),
+                )
+                self._records.artifacts[artifact.id] = artifact
+            latest = {"id": committed[-1].id} if committed else None
+            return {
+                "artifact": {
+                    "id": artifact.id,
+                    "state": artifact.state,
+                    "artifactSequence": {"latestArtifact": latest},
+                }
+            }
+
+    def _pending_artifact(self, artifact_id: str, operation: str) -> ArtifactRecord:
+        artifact = self._records.artifacts.get(artifact_id)
+        if artifact is None:
+            raise _Refused(404, f"{operation} for unknown artifact id {artifact_id!r}")
+        if artifact.state != PENDING:
+            raise _Refused(400, f"{operation} for {artifact.qualified_name}, which is {artifact.state}")
+        return artifact
+
+    def _create_artifact_manifest(self, v: dict[str, Any], upload_base: str) -> dict[str, Any]:
+        # The query asks for file.uploadUrl and uploadHeaders only @include(if: $includeUpload).
+        if (v["manifestType"], v["name"]) != ("FULL", MANIFEST_NAME):
+            raise _Refused(
+                400, f"CreateArtifactManifest {v['manifestType']} {v['name']} (only FULL is implemented)"
+            )
+        with self._lock:
+            artifact = self._pending_artifact(v["artifactID"], "CreateArtifactManifest")
+            if v["digest"]:
+                artifact.manifest_digest = v["digest"]
+            file: dict[str, Any] = {"id": _global_id("File", artifact.id, MANIFEST_NAME)}
+            if v["includeUpload"]:
+                file["uploadUrl"] = self._upload_url(upload_base, "manifest", artifact.id, MANIFEST_NAME)
+                file["uploadHeaders"] = []
+            return {"artifactManifest": {"id": _manifest_id(artifact.id), "file": file}}
+
+    def _create_artifact_files(self, v: dict[str, Any], upload_base: str) -> dict[str, Any]:
+        if (v["storageLayout"], v.get("cloudRegionID")) != ("V2", None):
+            raise _Refused(
+                400,
+                f"CreateArtifactFiles with {v['storageLayout']}, region {v.get('cloudRegionID')} (V2 only)",
+            )
+        edges = []
+        with self._lock:
+            for spec in v["artifactFiles"]:
+                artifact = self._pending_artifact(spec["artifactID"], "CreateArtifactFiles")
+                if spec.get("artifactManifestID") != _manifest_id(artifact.id):
+                    raise _Refused(
+                        400, f"CreateArtifactFiles with manifest id {spec.get('artifactManifestID')!r}"
+                    )
+                if spec.get("uploadPartsInput"):
+                    raise _Refused(
+                        400, "CreateArtifactFiles with multipart upload (not implemented by the stand-in)"
+                    )
+                artifact.files[spec["name"]] = ArtifactFileRecord(spec["name"], spec["md5"])
+                node = {
+                    "storagePath": f"wandb_artifacts/{artifact.id}/{spec['name']}",
+                    "uploadUrl": self._upload_url(upload_base, "artifact", artifact.id, spec["name"]),
+                    "uploadHeaders": [],
+                    "uploadMultipartUrls": None,
+                    "artifact": {"id": artifact.id},  # the file's birth artifact
+                }
+                edges.append({"node": node})
+        return {"files": {"edges": edges}}
+
+    def _commit_artifact(self, artifact_id: str) -> dict[str, Any]:
+        with self._lock:
+            artifact = self._pending_artifact(artifact_id, "CommitArtifact")
+            # The stand-in's own completeness check (a lost upload must fail the test, not pass unseen).
+            if artifact.manifest is None:
+                raise _Refused(400, f"CommitArtifact {artifact.name}: no manifest was uploaded")
+            for path, digest in artifact.manifest_digests.items():
+                file = artifact.files.get(path)
+                if file is None or file.digest != digest or file.uploaded_digest != digest:
+                    got = None if file is None else file.uploaded_digest
+                    raise _Refused(
+                        400,
+                        f"CommitArtifact {artifact.name}: {path} arrived as {got}, manifest says {digest}",
+                    )
+            collection = [a for a in self._records.artifacts.values()
+                          if (a.entity, a.project, a.name) == (artifact.entity, artifact.project, artifact.name)]  # fmt: skip
+            artifact.version = sum(a.state == COMMITTED for a in collection)
+            artifact.state = COMMITTED
+            for other in collection:  # an alias names one version of a collection
+                if other is not artifact:
+                    other.aliases = [alias for alias in other.aliases if alias not in artifact.aliases]
+            return {"artifact": {"id": artifact.id, "digest": artifact.digest}}
 
     def file_stream(self, entity: str, project: str, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -449,6 +702,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     answer = stand_in.file_stream(*match.groups(), _json_object(body))
                 else:
                     raise _Refused(404, "path not implemented by the stand-in")
+        except (KeyError, TypeError, AttributeError) as exc:  # a request shape the stand-in does not know
+            refusal = _Refused(400, f"request shape not understood ({type(exc).__name__}: {exc})")
+            stand_in._note(self.command, path, operation, refusal.status, str(refusal))
+            self._answer(refusal.status, {"errors": [{"message": f"W&B stand-in: {refusal}"}]})
+            return
         except _Refused as refusal:
             stand_in._note(self.command, path, operation, refusal.status, str(refusal))
             self._answer(refusal.status, {"errors": [{"message": f"W&B stand-in: {refusal}"}]})
@@ -492,6 +750,10 @@ def _json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Refused(400, "body is not a JSON object")
     return value
+
+
+def _manifest_id(artifact_id: str) -> str:
+    return _global_id("ArtifactManifest", artifact_id, MANIFEST_NAME)
 
 
 def _operation_in(query: str) -> str | None:

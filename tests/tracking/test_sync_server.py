@@ -1,6 +1,9 @@
 """`shopsimrl wandb sync` end to end: real offline runs, the real `wandb sync`, the W&B stand-in
 (tests/wandb_server.py) as the server; what arrives is compared with the runs' own transaction logs."""
 
+import base64
+import collections
+import hashlib
 import json
 import os
 import shutil
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from wandb_server import READY_FILE, RECORDS_FILE, WandbServer, load_records
+from wandb_server import COMMITTED, READY_FILE, RECORDS_FILE, Records, WandbServer, load_records
 
 from shopsimrl.tracking.offline_reader import read_offline_run
 from shopsimrl.tracking.sync import credentials_hint, find_offline_runs
@@ -61,6 +64,19 @@ _RUNS = {
 }
 
 
+def _finish(run, exit_code: int = 0) -> Path:
+    """`run.finish()`, then wait for the exit record in the run file, which is returned: wandb 0.31's
+    finish can return before wandb-core has written the transaction log (a copy taken at once held only
+    its 7-byte header, and `wandb sync` of that copy wrote no marker)."""
+    run_file = Path(run.settings.sync_file)
+    run.finish(exit_code=exit_code)
+    deadline = time.monotonic() + 30
+    while read_offline_run(run_file).exit_code is None:
+        assert time.monotonic() < deadline, f"no exit record in {run_file} 30 s after run.finish()"
+        time.sleep(0.05)
+    return run_file
+
+
 def _write_run(root: Path, spec: dict) -> Path:
     import wandb  # imported where used, as shopsimrl does
 
@@ -77,12 +93,10 @@ def _write_run(root: Path, spec: dict) -> Path:
         mode="offline",
         settings=wandb.Settings(**_QUIET),
     )
-    run_file = Path(run.settings.sync_file)
     for step, row in enumerate(spec["rows"]):
         run.log(row, step=step)
     run.summary.update(spec["summary"])
-    run.finish(exit_code=spec["exit_code"])
-    return run_file
+    return _finish(run, spec["exit_code"])
 
 
 @pytest.fixture(scope="module")
@@ -196,45 +210,181 @@ def test_without_credentials_one_line_and_nothing_uploaded(wandb_dir, wandb_serv
     assert not any(run.marker.exists() for run in find_offline_runs(wandb_dir))
 
 
-def test_an_operation_the_stand_in_lacks_is_a_loud_failure(wandb_offline, tmp_path):
-    """A logged Table makes `wandb sync` create an artifact (CreateArtifact), which the stand-in does not
-    implement. wandb swallows the refusal: exit 0, "synced", marker written, the error only in its debug
-    log. So the server records the request and `check()` (which the fixture runs) fails the test."""
+def _md5(content: bytes) -> str:
+    """W&B's file digest: base64 of the MD5."""
+    return base64.b64encode(hashlib.md5(content).digest()).decode("ascii")
+
+
+def _manifest_digest(digests: dict[str, str]) -> str:
+    """W&B's MANIFEST_MD5 artifact digest: hex MD5 of a header and each `path:digest` line, by path."""
+    lines = "".join(f"{path}:{digests[path]}\n" for path in sorted(digests))
+    return hashlib.md5(("wandb-artifact-manifest-v1\n" + lines).encode()).hexdigest()
+
+
+def _offline_run(root: Path, **init):
     import wandb
 
-    run = wandb.init(
-        dir=str(wandb_offline.wandb_dir), project=PROJECT, mode="offline", settings=wandb.Settings(**_QUIET)
+    return wandb.init(dir=str(root), mode="offline", settings=wandb.Settings(**_QUIET), **init)
+
+
+def _artifact(name: str, type_: str, files: dict[str, Path], **options):
+    """A wandb.Artifact as StageLogger.log_artifact builds it: files and directories under given names."""
+    import wandb
+
+    artifact = wandb.Artifact(name, type=type_, **options)
+    for inside, path in files.items():
+        if path.is_dir():
+            artifact.add_dir(str(path), name=inside)
+        else:
+            artifact.add_file(str(path), name=inside)
+    return artifact
+
+
+def test_a_table_and_a_file_artifact_arrive_whole_with_their_digests(wandb_offline, wandb_server, tmp_path):
+    import wandb
+
+    outputs = tmp_path / "outputs"
+    (outputs / "cards").mkdir(parents=True)
+    contents = {
+        "summary.json": b'{"verdict": "insufficient"}\n',
+        "cards/a.jsonl": b'{"card": 1}\n{"card": 2}\n',
+        "cards/b.jsonl": b"",
+    }
+    for name, content in contents.items():
+        (outputs / name).write_bytes(content)
+    run = _offline_run(
+        wandb_offline.wandb_dir, entity=ENTITY, project=PROJECT, group="round-000", job_type="gate"
     )
-    run.log({"eval/table": wandb.Table(columns=["task", "ok"], data=[["t1", True], ["t2", False]])}, step=0)
-    run.finish()
+    run.log({"gate/table": wandb.Table(columns=["chunk", "delta"], data=[["c1", 0.25], ["c2", -0.5]])})
+    files = {"summary.json": outputs / "summary.json", "cards": outputs / "cards"}
+    run.log_artifact(
+        _artifact("shopsimrl-gate", "gate", files, metadata={"round": "round-000"}), aliases=["round-000"]
+    )
+    local = read_offline_run(_finish(run))
+    [offline] = find_offline_runs(wandb_offline.wandb_dir)
+    [table_ref] = local.tables
+    table_file = (local.run_dir / "files" / table_ref.path).read_bytes()
+    local_artifacts = {a.type: a for a in local.artifacts}
+    assert sorted(local_artifacts) == ["gate", "run_table"]
+    # The bytes wandb staged for each artifact (under WANDB_DATA_DIR; the sync deletes them).
+    staged = {kind: {name: Path(path).read_bytes() for name, path in a.files.items()}
+              for kind, a in local_artifacts.items()}  # fmt: skip
+    assert staged["gate"] == contents
+
+    done = _sync(wandb_offline.wandb_dir, wandb_server.url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _statuses(done.stdout) == {run.id: "synced"}
+    assert offline.marker.exists()
+
+    received = wandb_server.snapshot()
+    assert received.unexpected == []
+    server_run = received.run(run.id)
+    assert server_run.files[table_ref.path] == table_file  # the Table's file, as a run file
+    assert server_run.history[0]["gate/table"]["path"] == table_ref.path
+    assert len(received.artifacts) == 2
+
+    # The Table is also an artifact of its own: the table with its column types, as <key>.table.json.
+    table = received.artifact(local_artifacts["run_table"].name)
+    assert (table.type, table.state, table.version, table.aliases) == ("run_table", COMMITTED, 0, ["latest"])
+    assert (table.entity, table.project, table.run_path) == (ENTITY, PROJECT, server_run.path)
+    assert {name: file.content for name, file in table.files.items()} == staged["run_table"]
+    table_json = staged["run_table"]["gate/table.table.json"]
+    assert json.loads(table_json)["data"] == json.loads(table_file)["data"] == [["c1", 0.25], ["c2", -0.5]]
+    assert table.manifest_digests == {"gate/table.table.json": _md5(table_json)}
+    assert {name: file.uploaded_digest for name, file in table.files.items()} == table.manifest_digests
+    assert table.digest == local_artifacts["run_table"].digest == _manifest_digest(table.manifest_digests)
+
+    # The file artifact: every file byte for byte, W&B's digests, its metadata and aliases.
+    gate = received.artifact("shopsimrl-gate")
+    assert received.artifact("shopsimrl-gate", alias="round-000") == gate
+    assert (gate.type, gate.state, gate.version) == ("gate", COMMITTED, 0)
+    assert (sorted(gate.aliases), gate.run_path, gate.metadata) == (
+        ["latest", "round-000"],
+        server_run.path,
+        {"round": "round-000"},
+    )
+    assert {name: file.content for name, file in gate.files.items()} == contents
+    digests = {name: _md5(content) for name, content in contents.items()}
+    assert {name: file.uploaded_digest for name, file in gate.files.items()} == digests
+    assert gate.manifest_digests == digests
+    assert gate.digest == local_artifacts["gate"].digest == _manifest_digest(digests)
+
+    # The artifact part of the protocol as wandb-core spoke it, for two artifacts.
+    operations = collections.Counter(r.operation for r in received.requests if r.operation)
+    assert {op: n for op, n in operations.items() if "Artifact" in op} == {
+        "CreateArtifact": 2, "CreateArtifactManifest": 4, "CreateArtifactFiles": 2, "CommitArtifact": 2}  # fmt: skip
+    assert Records.from_json(json.loads(json.dumps(received.to_json()))) == received
+
+
+def test_the_same_artifact_content_again_is_the_version_already_there(wandb_offline, wandb_server, tmp_path):
+    """CreateArtifact with the digest of a committed version answers that version as COMMITTED and wandb
+    sends nothing more for it (W&B's digest deduplication); new content is the next version and takes
+    `latest`."""
+    data = tmp_path / "data.json"
+    for content in (b"[1]", b"[1]", b"[2]"):
+        data.write_bytes(content)
+        run = _offline_run(wandb_offline.wandb_dir, project=PROJECT)
+        run.log_artifact(_artifact("shopsimrl-analysis", "analysis", {"data.json": data}))
+        _finish(run)
+
+    done = _sync(wandb_offline.wandb_dir, wandb_server.url)  # one run after the other, oldest first
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(_statuses(done.stdout).values()) == {"synced"}
+
+    received = wandb_server.snapshot()
+    versions = sorted(received.artifacts.values(), key=lambda a: a.version)
+    assert [(a.version, a.aliases, a.files["data.json"].content) for a in versions] == [
+        (0, [], b"[1]"),
+        (1, ["latest"], b"[2]"),
+    ]
+    operations = collections.Counter(r.operation for r in received.requests if r.operation)
+    assert (operations["CreateArtifact"], operations["CommitArtifact"]) == (3, 2)
+
+
+def test_an_operation_the_stand_in_lacks_is_a_loud_failure(wandb_offline, tmp_path):
+    """An alert of an offline run makes `wandb sync` send NotifyScriptableRunAlert, which the stand-in does
+    not implement (StageLogger sends no alert from an offline run). wandb swallows the refusal: exit 0,
+    "synced", marker written, the error only in its debug log. So the server records the request and
+    `check()` (which the fixture runs) fails the test."""
+    run = _offline_run(wandb_offline.wandb_dir, project=PROJECT)
+    run.log({"train/loss": 1.5}, step=0)
+    run.alert(title="reward collapsed", text="train/reward fell to 0")
+    _finish(run)
     with WandbServer(lifetime_s=60) as server:
         done = _sync(wandb_offline.wandb_dir, server.url)
         assert done.returncode == 0, done.stdout + done.stderr
         assert _statuses(done.stdout) == {run.id: "synced"}
-        # A GraphQL operation nobody implemented, sent by hand, is refused and recorded the same way.
-        request = urllib.request.Request(
-            f"{server.url}/graphql",
-            data=json.dumps({"query": "query Viewer { viewer { id } }"}).encode(),
-            headers={"Authorization": "Basic YXBpOmtleQ==", "Content-Type": "application/json"},  # api:key
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=10)
-        assert refused.value.code == 400
-        assert json.loads(refused.value.read()) == {
-            "errors": [{"message": "W&B stand-in: GraphQL operation not implemented by the stand-in"}]
-        }
+        # Sent by hand: an operation nobody implemented, and a known one in a shape the stand-in does not
+        # know, are refused and recorded the same way.
+        for query, variables, reason in (
+            ("query Viewer { viewer { id } }", {}, "GraphQL operation not implemented by the stand-in"),
+            ("mutation CommitArtifact($id: ID!) { x }", {"id": "a"}, "request shape not understood (KeyError: 'artifactID')"),
+        ):  # fmt: skip
+            request = urllib.request.Request(
+                f"{server.url}/graphql",
+                data=json.dumps({"query": query, "variables": variables}).encode(),
+                headers={
+                    "Authorization": "Basic YXBpOmtleQ==",
+                    "Content-Type": "application/json",
+                },  # api:key
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 400
+            assert json.loads(refused.value.read()) == {"errors": [{"message": f"W&B stand-in: {reason}"}]}
     assert server.unexpected == [
-        "POST /graphql CreateArtifact: GraphQL operation not implemented by the stand-in",
+        "POST /graphql NotifyScriptableRunAlert: GraphQL operation not implemented by the stand-in",
         "POST /graphql Viewer: GraphQL operation not implemented by the stand-in",
+        "POST /graphql CommitArtifact: request shape not understood (KeyError: 'artifactID')",
     ]
     with pytest.raises(AssertionError) as failure:
         server.check()
     assert str(failure.value).startswith(
-        "the W&B stand-in refused 2 request(s) it does not implement: POST /graphql CreateArtifact"
+        "the W&B stand-in refused 3 request(s) it does not implement: POST /graphql NotifyScriptableRunAlert"
     )
     [log] = wandb_offline.wandb_dir.glob("wandb/logs/debug-sync*.log")
-    assert "failed to log artifact" in log.read_text()
-    assert server.snapshot().run(run.id).history[0]["eval/table"]["_type"] == "table-file"  # the rest arrived
+    assert "failed to notify scriptable run alert" in log.read_text()
+    assert server.snapshot().run(run.id).history[0]["train/loss"] == 1.5  # the rest arrived
 
 
 def test_standalone_process_writes_its_records_on_request_and_on_exit(wandb_dir, tmp_path):
