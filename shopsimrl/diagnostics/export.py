@@ -8,14 +8,20 @@ is read from its source (offline run file, or `scan_history`) and written as a f
 (`runs/<round>_<run_id>.json`) while the metric columns are collected; (2) the frozen files are
 read back line by line into `rollout_steps.csv` and `optimizer_updates.csv`, while per-round
 means, zero-gradient updates and the plot curves accumulate. Everything is written atomically.
+
+One run id can have several sources: slime in offline mode writes the driver's, the RolloutManager's
+and actor rank 0's run under one id, each in its own directory (docs/wandb.md). Each source is frozen
+on its own (`runs/<round>_<run_id>.<k>.json`, k in start order) and the sources of one id are read
+back as one run, their rows merged by rollout step (a train/step by the rollout it belongs to).
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +43,9 @@ from shopsimrl.diagnostics.tables import (
     is_rollout_key,
     is_update_key,
     split_rows,
+    update_position,
 )
+from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 from shopsimrl.storage import SPACE_ERRNOS, atomic_write_json, atomic_write_text, open_temp, storage_error
 
 SCHEMA_VERSION = 1
@@ -91,8 +99,12 @@ def export_history(
         refs = source.runs_for_group(group)
         if not refs:
             raise ExportError(f"no runs of group {group!r} in {source.kind} source {source.location}")
-        for ref in refs:
-            item = _RunExport(f"R{index}", ref, out_dir / RUNS_DIR / f"R{index}_{ref.run_id}.json")
+        parts = Counter(ref.run_id for ref in refs)
+        seen: Counter[str] = Counter()
+        for ref in refs:  # in start order: a run id's sources are numbered as they started
+            seen[ref.run_id] += 1
+            name = ref.run_id if parts[ref.run_id] == 1 else f"{ref.run_id}.{seen[ref.run_id]}"
+            item = _RunExport(f"R{index}", ref, out_dir / RUNS_DIR / f"R{index}_{name}.json")
             rows = _collect_keys(source.scan(ref), rollout_keys, update_keys)
             item.rows = _freeze(item, rows)
             runs.append(item)
@@ -110,7 +122,8 @@ def export_history(
     ):
         rollout_csv = CsvTable(rollout_file, ROLLOUT_ID_COLUMNS, rollout_columns)
         update_csv = CsvTable(update_file, UPDATE_ID_COLUMNS, update_columns)
-        for item in runs:
+        for parts in _by_run(runs):
+            item = parts[0]
             summary = rounds[item.round]
             summary.run_ids.append(item.ref.run_id)
             run_rollout_steps: set[int] = set()
@@ -154,7 +167,8 @@ def export_history(
                         }
                     )
 
-            split_rows(iter_frozen(item.frozen), updates_per_rollout, on_rollout, on_update, stats)
+            rows = _merged_rows([iter_frozen(part.frozen) for part in parts], updates_per_rollout)
+            split_rows(rows, updates_per_rollout, on_rollout, on_update, stats)
             outside += sum(n for step, n in derived_steps.items() if step not in run_rollout_steps)
 
     summary_doc = {
@@ -222,6 +236,34 @@ def export_history(
     return ExportResult(
         out_dir, [*files, out_dir / REPORT_MD, out_dir / MANIFEST_JSON], manifest, summary_doc
     )
+
+
+def _by_run(runs: list[_RunExport]) -> list[list[_RunExport]]:
+    """The exported sources grouped by (round, run id), in the order each run first appears."""
+    grouped: dict[tuple[str, str], list[_RunExport]] = {}
+    for item in runs:
+        grouped.setdefault((item.round, item.ref.run_id), []).append(item)
+    return list(grouped.values())
+
+
+def _merged_rows(sources: list[Iterable[dict[str, Any]]], updates_per_rollout: int) -> Iterator[dict[str, Any]]:
+    """One run's rows from several sources, merged by rollout step (each source is in order itself);
+    a row without an axis keeps the position of the row before it in its source."""
+    if len(sources) == 1:
+        yield from sources[0]
+        return
+
+    def positioned(index: int, rows: Iterable[dict[str, Any]]) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+        position = -1
+        for order, row in enumerate(rows):
+            if isinstance(row.get(ROLLOUT_STEP), (int, float)):
+                position = int(row[ROLLOUT_STEP])
+            elif isinstance(row.get(TRAIN_STEP), (int, float)):
+                position = update_position(int(row[TRAIN_STEP]), updates_per_rollout)[1]
+            yield position, index, order, row
+
+    for _, _, _, row in heapq.merge(*(positioned(i, rows) for i, rows in enumerate(sources))):
+        yield row
 
 
 def _collect_keys(

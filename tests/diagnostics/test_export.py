@@ -210,3 +210,39 @@ def test_cli_export_into_a_read_only_directory_is_one_line(exported, wandb_offli
     assert result.exit_code == 1
     [line] = result.output.splitlines()
     assert line.startswith(f"Error: cannot write {out}/runs/R0_") and line.endswith(f".json: {cause}")
+
+
+def test_slimes_three_offline_runs_of_one_id_export_as_one_run(wandb_offline, tmp_path):
+    """slime offline = the driver's, the RolloutManager's and actor rank 0's run under ONE id
+    (tests/slime_offline_runs.py). Keyed by run id only, all three were frozen to one file and read back
+    three times: 0 rollout steps and the train rows tripled. Each source is frozen on its own and the
+    histories of one id are read as one run, merged by rollout step."""
+    from slime_offline_runs import (
+        ROLLOUTS,
+        UPDATES_PER_ROLLOUT,
+        actor_rollout_row,
+        rollout_manager_row,
+        train_row,
+        write_slime_offline_runs,
+    )
+
+    files = write_slime_offline_runs(wandb_offline.wandb_dir, "slime-round-000")
+    run_id = files[0].stem.removeprefix("run-")
+    result = export_history(["slime-round-000"], OfflineHistorySource([wandb_offline.wandb_dir]), tmp_path / "out",
+                            updates_per_rollout=UPDATES_PER_ROLLOUT, plots=False)  # fmt: skip
+    assert result.summary["totals"] == {"rollout_steps": ROLLOUTS, "optimizer_updates": ROLLOUTS * UPDATES_PER_ROLLOUT}
+    assert result.summary["axis_check"]["updates_outside_run_rollout_steps"] == 0
+    assert result.summary["axis_check"]["rollout_merge_conflicts"] == 0
+    assert result.summary["rounds"][0]["run_ids"] == [run_id]
+    rollouts = _csv(tmp_path / "out" / "rollout_steps.csv")
+    for step, row in enumerate(rollouts):
+        expected = {**rollout_manager_row(step), **actor_rollout_row(step)}
+        assert {k: float(row[k]) for k in expected if k != "rollout/step"} == {
+            k: float(v) for k, v in expected.items() if k != "rollout/step"}
+        assert row["run_id"] == run_id and int(row["rollout_step"]) == step
+    updates = _csv(tmp_path / "out" / "optimizer_updates.csv")
+    assert [float(row["train/loss"]) for row in updates] == [train_row(s)["train/loss"] for s in range(len(updates))]
+    # Every source directory stays in the record, each frozen once.
+    sources = [entry["source"] for entry in result.manifest["runs"]]
+    assert sources == [str(f) for f in files]
+    assert len({entry["frozen_file"] for entry in result.manifest["runs"]}) == 3
