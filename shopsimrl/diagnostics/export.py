@@ -45,8 +45,8 @@ from shopsimrl.diagnostics.tables import (
     split_rows,
     update_position,
 )
-from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 from shopsimrl.storage import SPACE_ERRNOS, atomic_write_json, atomic_write_text, open_temp, storage_error
+from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 
 SCHEMA_VERSION = 1
 ROLLOUT_CSV = "rollout_steps.csv"
