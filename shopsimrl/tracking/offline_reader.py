@@ -29,6 +29,7 @@ _BLOCK = 32768
 _HEADER = 7
 _MAGIC = (b":W&B", 0xBEE1, 0)
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+MERGED_RUNS_DIR = "merged"  # <WANDB_DIR>/wandb/merged/: one run merged from slime's same-id runs
 
 
 class OfflineRunFormatError(ValueError):
@@ -344,10 +345,16 @@ def _tables_in(row: dict[str, Any]) -> list[TableRef]:
 
 
 def find_run_files(root: str | os.PathLike[str]) -> list[Path]:
-    """Every `run-*.wandb` under `root` (a WANDB_DIR, its `wandb/` dir, or a run dir), sorted by path."""
+    """Every `run-*.wandb` under `root` (a WANDB_DIR, its `wandb/` dir, or a run dir), sorted by path.
+
+    The merged copies `wandb sync` uploads for slime's same-id runs (under `merged/`, see
+    shopsimrl.tracking.merge) are not counted: their sources are.
+    """
     base = Path(root)
     if base.is_file():
         return [base]
     return sorted(
-        path for path in base.rglob("run-*.wandb") if path.is_file() and "latest-run" not in path.parts
+        path
+        for path in base.rglob("run-*.wandb")
+        if path.is_file() and not {"latest-run", MERGED_RUNS_DIR} & set(path.relative_to(base).parts)
     )

@@ -10,6 +10,10 @@ wall-clock timeout, and success is the marker `run-<id>.wandb.synced` that wandb
 run file after an upload, not the exit code. Runs that already have the marker are skipped.
 `wandb sync` runs with WANDB_DIR set to the directory being synced, so its debug log
 (`<dir>/wandb/logs/debug-sync.*.log`) stays there instead of in `./wandb/` of the current directory.
+slime's offline runs of one training launch share one run id (the driver's, the RolloutManager's and
+actor rank 0's, each in its own directory); they are merged into one offline run first
+(shopsimrl.tracking.merge, under `wandb/merged/`) and that one is uploaded and carries the marker, so
+the server gets one run with every process's rows, as slime's online shared mode makes it.
 
     results = sync_runs(Path("wandb"), timeout_s=600)
     print(format_table(results))
@@ -32,6 +36,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from shopsimrl.tracking.merge import merge_offline_runs
+from shopsimrl.tracking.offline_reader import MERGED_RUNS_DIR
 
 SYNCED_SUFFIX = ".synced"
 _TAIL = 400  # characters of wandb's output kept for a failed run
@@ -203,9 +210,9 @@ def sync_runs(
     NO_CREDENTIALS (`credentials_hint` says how to provide them), without a server UNREACHABLE, and
     no `wandb sync` is started.
     """
-    runs = find_offline_runs(wandb_dir)
+    units = _one_per_run_id(find_offline_runs(wandb_dir))
     executable = wandb_executable or default_wandb_executable()
-    pending = [run for run in runs if not run.synced]
+    pending = [run for run, _ in units if not run.synced]
     blocked: tuple[SyncStatus, str] | None = None
     if pending and not dry_run:
         url = base_url or server_url()
@@ -217,16 +224,37 @@ def sync_runs(
     # wandb's CLI writes its debug log under $WANDB_DIR/wandb/logs (or ./wandb/logs without it).
     env = {**os.environ, "WANDB_DIR": str(Path(wandb_dir).absolute())}
     results = []
-    for run in runs:
+    for run, sources in units:
+        merged = f"merged from {len(sources)} directories: {', '.join(s.path.name for s in sources)}; " if sources else ""
         if run.synced:
-            results.append(SyncResult(run, SyncStatus.ALREADY_SYNCED, 0.0, None, "marker present"))
+            results.append(SyncResult(run, SyncStatus.ALREADY_SYNCED, 0.0, None, f"{merged}marker present"))
         elif blocked is not None:
-            results.append(SyncResult(run, blocked[0], 0.0, None, blocked[1]))
+            results.append(SyncResult(run, blocked[0], 0.0, None, f"{merged}{blocked[1]}"))
+        elif sources and dry_run:
+            results.append(SyncResult(run, SyncStatus.WOULD_SYNC, 0.0, None, f"{merged}would upload the merged run"))
         else:
-            results.append(
-                _sync_one(run, executable, dry_run=dry_run, timeout_s=timeout_s, extra=list(extra_args), env=env)
-            )
+            if sources:
+                merge_offline_runs([source.run_file for source in sources], run.path)
+            result = _sync_one(run, executable, dry_run=dry_run, timeout_s=timeout_s, extra=list(extra_args), env=env)
+            results.append(SyncResult(result.run, result.status, result.seconds, result.exit_code, merged + result.detail))
     return results
+
+
+def _one_per_run_id(runs: list[OfflineRunDir]) -> list[tuple[OfflineRunDir, list[OfflineRunDir]]]:
+    """What to upload: each run as it is, or for a run id in several directories (slime's, in start
+    order) the merged run beside them, `<dir>/merged/<first directory's name>/`, with its sources."""
+    by_id: dict[str, list[OfflineRunDir]] = {}
+    for run in runs:
+        by_id.setdefault(run.run_id, []).append(run)
+    units = []
+    for same_id in by_id.values():
+        if len(same_id) == 1:
+            units.append((same_id[0], []))
+            continue
+        first = same_id[0]
+        path = first.path.parent / MERGED_RUNS_DIR / first.path.name
+        units.append((OfflineRunDir(path, path / first.run_file.name), same_id))
+    return units
 
 
 def _sync_one(
