@@ -19,7 +19,8 @@ from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError, StageIncomplete, rerun_command
 from shopsimrl.tracking.settings import WandbMode, WandbSettings, wandb_options
 
-PUBLIC_WANDB_HOSTS = ("api.wandb.ai",)
+# The public W&B cloud: wandb 0.31's default server is CoreWeave Forge's proxy of api.wandb.ai.
+PUBLIC_WANDB_DOMAINS = ("wandb.ai", "forge.coreweave.com")
 
 
 def upload_notice(settings: WandbSettings, environ: Mapping[str, str] | None = None) -> str | None:
@@ -27,8 +28,10 @@ def upload_notice(settings: WandbSettings, environ: Mapping[str, str] | None = N
     if not settings.enabled or settings.mode is WandbMode.DISABLED:
         return None
     env = os.environ if environ is None else environ
-    host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
-    public = host in PUBLIC_WANDB_HOSTS or host.endswith(".wandb.ai")
+    from shopsimrl.tracking.sync import default_base_url
+
+    host = urlparse(env.get("WANDB_BASE_URL") or default_base_url()).hostname or ""
+    public = any(host == domain or host.endswith("." + domain) for domain in PUBLIC_WANDB_DOMAINS)
     if settings.mode is WandbMode.ONLINE and public:
         return (
             f"WARNING: failure_cards.jsonl holds privileged, gold-aware audits (gold products, attributes, "

@@ -22,6 +22,7 @@ the server gets one run with every process's rows, as slime's online shared mode
 from __future__ import annotations
 
 import configparser
+import functools
 import netrc
 import os
 import shutil
@@ -42,7 +43,30 @@ from shopsimrl.tracking.offline_reader import MERGED_RUNS_DIR
 
 SYNCED_SUFFIX = ".synced"
 _TAIL = 400  # characters of wandb's output kept for a failed run
-DEFAULT_BASE_URL = "https://api.wandb.ai"  # wandb's default server
+
+
+@functools.cache
+def default_base_url() -> str:
+    """wandb's own default server (0.31: https://api.forge.coreweave.com, wandb/sdk/lib/urls.py), read
+    when first needed: importing this module must not import wandb."""
+    try:
+        from wandb.sdk.lib.urls import DEFAULT_BASE_URL as default
+    except (ImportError, AttributeError):  # wandb < 0.31 named no such constant: the old default
+        return "https://api.wandb.ai"
+    return default
+
+
+def _netrc_hosts_for(url: str) -> list[str]:
+    """The netrc machines wandb looks up for `url`: its host[:port], then the W&B API host behind a
+    CoreWeave Forge host (wandb/sdk/lib/wbauth/wbnetrc.py), so an older `wandb login` entry still counts."""
+    hosts = [urlsplit(url).netloc]
+    try:
+        from wandb.sdk.lib.urls import forge_upstream_url
+    except (ImportError, AttributeError):
+        return hosts
+    upstream = urlsplit(forge_upstream_url(url)).netloc
+    return hosts + ([upstream] if upstream not in hosts else [])
+
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -124,7 +148,7 @@ def default_wandb_executable() -> str:
 def server_url(env: Mapping[str, str] | None = None) -> str:
     """The W&B server `wandb sync` will talk to: WANDB_BASE_URL, else `base_url` of wandb's settings
     file (`wandb login --host` writes it to $WANDB_CONFIG_DIR/settings, default ~/.config/wandb), else
-    api.wandb.ai."""
+    wandb's own default (`default_base_url()`)."""
     env = os.environ if env is None else env
     if env.get("WANDB_BASE_URL"):
         return env["WANDB_BASE_URL"]
@@ -133,8 +157,8 @@ def server_url(env: Mapping[str, str] | None = None) -> str:
     try:
         parser.read(os.path.join(config_dir, "settings"), encoding="utf-8")
     except (configparser.Error, UnicodeDecodeError):
-        return DEFAULT_BASE_URL  # wandb itself would not read that file either
-    return parser.get("default", "base_url", fallback=None) or DEFAULT_BASE_URL
+        return default_base_url()  # wandb itself would not read that file either
+    return parser.get("default", "base_url", fallback=None) or default_base_url()
 
 
 def credentials_source(url: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -149,18 +173,23 @@ def credentials_source(url: str, env: Mapping[str, str] | None = None) -> str | 
         if env.get(name):
             return name
     path = Path(env["NETRC"]).expanduser() if env.get("NETRC") else Path(env.get("HOME") or "~").expanduser() / ".netrc"
-    netloc = urlsplit(url).netloc
+    if not path.is_file() or not urlsplit(url).netloc:
+        return None
     try:
-        entry = netrc.netrc(str(path)).authenticators(netloc) if path.is_file() and netloc else None
+        parsed = netrc.netrc(str(path))
     except (netrc.NetrcParseError, OSError, UnicodeDecodeError):
-        entry = None  # wandb warns and ignores such a file too
-    return f"netrc {path}" if entry and entry[2] else None
+        return None  # wandb warns and ignores such a file too
+    for host in _netrc_hosts_for(url):
+        entry = parsed.authenticators(host)
+        if entry:  # the first entry found decides, as in wandb: one without a password is no key
+            return f"netrc {path}" if entry[2] else None
+    return None
 
 
 def credentials_hint(url: str) -> str:
     """How to provide W&B credentials for the server at `url` (the two routes docs/wandb.md describes)."""
     host = urlsplit(url).hostname or url
-    login = "wandb login" if url.rstrip("/") == DEFAULT_BASE_URL else f"wandb login --host {url}"
+    login = "wandb login" if url.rstrip("/") == default_base_url() else f"wandb login --host {url}"
     return (
         f"no W&B credentials for {host}: nothing was uploaded. Provide them one of two ways, then sync again: "
         f"run `{login}` on this host (it writes ~/.netrc, which `make wandb-sync` mounts into the container), "

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -171,7 +172,11 @@ def test_keep_cards_local_leaves_the_cards_out_of_the_artifact(tmp_path):
 def test_the_user_is_told_before_cards_go_to_a_public_host():
     online = WandbSettings(enabled=True, mode=WandbMode.ONLINE)
     assert upload_notice(online, {}).startswith("WARNING: failure_cards.jsonl holds privileged, gold-aware audits")
-    assert "public W&B cloud (api.wandb.ai)" in upload_notice(online, {})
+    from shopsimrl.tracking.sync import default_base_url
+
+    # wandb's default server, whatever its version calls it (0.31: CoreWeave Forge's proxy of W&B).
+    assert f"public W&B cloud ({urlparse(default_base_url()).hostname})" in upload_notice(online, {})
+    assert "public W&B cloud (api.wandb.ai)" in upload_notice(online, {"WANDB_BASE_URL": "https://api.wandb.ai"})
     assert upload_notice(online, {"WANDB_BASE_URL": "https://wandb.internal.example:8080"}) is None
     assert "wandb sync" in upload_notice(WandbSettings(enabled=True, mode=WandbMode.OFFLINE), {})
     assert upload_notice(WandbSettings(enabled=False, mode=WandbMode.ONLINE), {}) is None

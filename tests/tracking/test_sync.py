@@ -17,6 +17,7 @@ from shopsimrl.tracking.sync import (
     SyncStatus,
     credentials_hint,
     credentials_source,
+    default_base_url,
     find_offline_runs,
     format_table,
     sync_runs,
@@ -199,7 +200,10 @@ def test_server_url_comes_from_the_environment_then_wandb_settings_file(tmp_path
     env = {"WANDB_CONFIG_DIR": str(tmp_path)}
     assert server_url(env) == "https://wandb.example.internal"
     assert server_url({**env, "WANDB_BASE_URL": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
-    assert server_url({"WANDB_CONFIG_DIR": str(tmp_path / "none")}) == "https://api.wandb.ai"
+    import wandb
+
+    # Without either, wandb's own default server (0.31 changed it), read from wandb itself.
+    assert server_url({"WANDB_CONFIG_DIR": str(tmp_path / "none")}) == wandb.Settings().base_url
 
 
 def test_without_credentials_nothing_is_uploaded_and_the_fix_is_named(wandb_offline, tmp_path, monkeypatch):
@@ -243,4 +247,24 @@ def test_credentials_come_from_wandbs_own_sources(tmp_path):
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / ".netrc").write_text(netrc.read_text())
     assert credentials_source(url, {"HOME": str(tmp_path / "home")}) == f"netrc {tmp_path / 'home' / '.netrc'}"
-    assert "run `wandb login` on this host" in credentials_hint("https://api.wandb.ai")
+    assert "run `wandb login` on this host" in credentials_hint(default_base_url())
+
+
+@pytest.mark.parametrize("entries", [
+    "machine api.forge.coreweave.com login user password local-{key}\n",  # what a 0.31 `wandb login` writes
+    "machine api.wandb.ai login user password local-{key}\n",  # an older login: wandb still takes it
+    "machine api.wandb.ai login user password\n",  # no key: neither takes it
+    "machine wandb.example.internal login user password local-{key}\n",  # another server's entry
+])
+def test_netrc_credentials_agree_with_wandbs_own_reader(tmp_path, monkeypatch, entries):
+    """The default server's credentials, as wandb's own netrc reader finds them (the reference)."""
+    from wandb.sdk.lib.wbauth import wbnetrc
+    from wandb.sdk.lib.wbauth.host_url import HostUrl
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text(entries.format(key="c" * 40))
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    theirs = wbnetrc.read_netrc_auth_with_source(host=HostUrl(default_base_url()))
+    ours = credentials_source(default_base_url(), {"NETRC": str(netrc)})
+    assert (ours is not None) == (theirs is not None)
