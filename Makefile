@@ -50,8 +50,19 @@ ifeq ($(filter $(STANDIN),0 1),)
 $(error STANDIN must be 0 or 1, got '$(STANDIN)')
 endif
 IMAGE_PINS := $(if $(filter 1,$(STANDIN)),docker/versions.local.env,docker/versions.env)
-COMPOSE_FILES := -f compose.yaml$(if $(filter 1,$(STANDIN)), -f compose.standin.yaml)
+# CPU=1: a round's train/analyze/gate services run the CPU backend (compose.cpu.yaml, the CPU image of
+# `make images CPU=1`): the rehearsal of the GPU round on a machine without a GPU.
+CPU ?= 0
+ifeq ($(filter $(CPU),0 1),)
+$(error CPU must be 0 or 1, got '$(CPU)')
+endif
+COMPOSE_FILES = -f compose.yaml$(if $(filter 1,$(STANDIN)), -f compose.standin.yaml)$(if $(filter 1,$(CPU)), -f compose.cpu.yaml)
 COMPOSE ?= $(COMPOSE_ENV) docker compose $(COMPOSE_FILES) --env-file $(IMAGE_PINS) $(if $(wildcard .env),--env-file .env)
+# The round's stages on the CPU services: the same round config, its stages in containers.
+CPU_ROUND := $(if $(filter 1,$(CPU)), --set round.backend=docker --set round.trainer=local)
+# `make demo` is the CPU backend in .venv unless RUNNER=docker is given on the command line: then the
+# same demo round runs its stages in the CPU services (the containerized demo).
+DEMO_DOCKER := $(and $(filter command line,$(origin RUNNER)),$(filter docker,$(RUNNER)))
 # The stages' configs on RUNNER=local (the demo's). RUNNER=docker: the compose services' defaults,
 # the production configs with the round's keys set from WANDB_GROUP and the served checkpoint; a
 # *_CONFIG (a complete config of the round, run as written) or *_CHECKPOINT (the HF directory SGLang
@@ -64,7 +75,7 @@ EVAL_CONFIG ?= configs/local/eval.yaml
 # says where the stages run (RUNNER=docker: configs/round.yaml, the compose services on slime;
 # RUNNER=local: the CPU backend). `make rounds COUNT=N` chains N rounds from it; ROUND_ARGS adds flags
 # (e.g. --dry-run to print each service's command, --wandb).
-ROUND_CONFIG ?= $(if $(filter docker,$(RUNNER)),configs/round.yaml,configs/local/round.yaml)
+ROUND_CONFIG ?= $(if $(and $(filter docker,$(RUNNER)),$(filter 0,$(CPU))),configs/round.yaml,configs/local/round.yaml)
 COUNT ?= 2
 ROUND_ARGS ?=
 export WANDB_GROUP
@@ -104,8 +115,8 @@ test-containers: setup ## Build both images on stand-ins and run the services th
 lint: setup ## Static checks: ruff, hadolint, shellcheck, bash -n, compose.yaml schema
 	$(PY) -m ruff check shopsimrl tests bench scripts && bash scripts/lint_static.sh $(VENV)
 
-demo: setup ## A whole round on the demo model: train -> analyze -> gate -> next round (CPU, W&B offline)
-	WANDB_GROUP= $(SHOPSIMRL) training round configs/local/demo_round.yaml --wandb
+demo: setup ## A whole round on the demo model: train -> analyze -> gate -> next round (CPU, W&B offline; RUNNER=docker: in containers)
+	WANDB_GROUP= $(SHOPSIMRL) training round configs/local/demo_round.yaml --wandb$(if $(DEMO_DOCKER), --compose "$(COMPOSE_ENV) docker compose $(subst -f compose.cpu.yaml,,$(COMPOSE_FILES)) -f compose.cpu.yaml --env-file $(IMAGE_PINS)" --set round.backend=docker --set round.trainer=local)
 
 preflight: setup ## Check W&B, scripts, configs, Docker, images, GPUs, volumes, disk [docker|local]
 	$(SHOPSIMRL) preflight --runner $(RUNNER)
@@ -131,10 +142,10 @@ eval: ## Evaluate a checkpoint on held-out tasks: success/reward with CIs -> run
 # One round runner on both backends (shopsimrl/round/): on the host it writes round_state.json, the
 # next round's config and the report; RUNNER=docker starts the compose services train/analyze/gate.
 round: setup ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
-	$(ROUND_WANDB)$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND)) $(ROUND_ARGS)
 
 rounds: setup ## COUNT rounds (2) unattended, each from the last one's checkpoint and selected skillbank; resumable [docker|local]
-	$(ROUND_WANDB)$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)") $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND)) $(ROUND_ARGS)
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))
@@ -151,9 +162,12 @@ canary: ## CANARY_TASKS tasks (10) end to end; writes canary_report.json [docker
 shell: ## Interactive shell: the train container [docker] or bash with .venv active [local]
 	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm train bash,bash --init-file $(VENV)/bin/activate -i)
 
-images: ## Build the train and tools images from the pins in docker/versions.env (STANDIN=1: the stand-ins') [docker]
+# Without buildx (Debian's docker.io) compose builds with the classic builder.
+BUILD_ENV = $(if $(shell docker buildx version >/dev/null 2>&1 || echo classic),DOCKER_BUILDKIT=0 )
+images: ## Build the train and tools images from the pins in docker/versions.env (STANDIN=1: the stand-ins'; CPU=1: also the CPU image) [docker]
 	$(if $(filter 1,$(STANDIN)),@test -f $(IMAGE_PINS) || { echo "images: no $(IMAGE_PINS): run make engine first" >&2; exit 1; })
-	$(if $(shell docker buildx version >/dev/null 2>&1 || echo classic),DOCKER_BUILDKIT=0 )$(COMPOSE) build train wandb-sync
+	$(BUILD_ENV)$(COMPOSE_ENV) docker compose $(subst -f compose.cpu.yaml,,$(COMPOSE_FILES)) --env-file $(IMAGE_PINS) build train wandb-sync
+	$(if $(filter 1,$(CPU)),$(BUILD_ENV)$(COMPOSE) build train)
 
 requirements: setup ## Regenerate docker/requirements-train.txt and the tools lock from pyproject.toml
 	$(PY) -m shopsimrl.ops.image_requirements

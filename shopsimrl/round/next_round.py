@@ -47,10 +47,12 @@ class NextRound:
     checkpoint: Path
     checkpoint_sha256: str
     backend: str = "local"
+    trainer: str = "local"
 
     @property
     def command(self) -> str:
-        return f"make round RUNNER={self.backend} ROUND_CONFIG={self.config_path}"
+        cpu = " CPU=1" if self.backend == "docker" and self.trainer == "local" else ""  # the CPU services
+        return f"make round RUNNER={self.backend}{cpu} ROUND_CONFIG={self.config_path}"
 
     @property
     def cli_command(self) -> str:
@@ -69,7 +71,7 @@ def next_round_mapping(config: RoundConfig, state: RoundState, settings: WandbSe
     if train.get("save_dir"):
         raw["round"]["start_load"] = train["save_dir"]
     raw["train"].setdefault("shopsim", {})["skillbank"] = skillbank
-    if config.backend == "local":
+    if config.trainer == "local":
         raw["train"].setdefault("warm_start", {})["enabled"] = False
     ledger = str(Path(skillbank).parent / "proposal_ledger.jsonl")
     history = raw["analysis"].setdefault("ledger", {}).setdefault("history", [])
@@ -97,6 +99,7 @@ def write_next_round(config: RoundConfig, state: RoundState, settings: WandbSett
         checkpoint=Path(train["outputs"]["checkpoint"]),
         checkpoint_sha256=train["checkpoint_sha256"],
         backend=config.backend,
+        trainer=config.trainer,
     )
     old_skillbank = config.shopsim().skillbank or ""
     changed = {

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.ops.compose_schema import CONTAINER_WORKSPACE
 from shopsimrl.round.config import RoundConfig
 from shopsimrl.round.report import training_curve
 from shopsimrl.round.runner import RoundResult
@@ -45,6 +46,8 @@ def round_summary(config: RoundConfig, result: RoundResult) -> str:
                  f"{'yes' if manifest.get('warm_start') else 'no'}")  # fmt: skip
     for stage in STAGES:
         run_file = _json(round_dir / stage / "wandb_status.json").get("run_file")
+        if run_file and run_file.startswith(CONTAINER_WORKSPACE + "/"):  # written by a service: the host's path
+            run_file = run_file[len(CONTAINER_WORKSPACE) + 1 :]
         if run_file:
             lines.append(f"W&B {stage:<8} {run_file}\n  inspect:   shopsimrl wandb inspect {run_file}")
     if any(_json(round_dir / s / "wandb_status.json").get("run_file") for s in STAGES):

@@ -4,7 +4,7 @@
 Every test works in a copy of the checkout's front door (Makefile, compose files, pins, configs) so
 that the services' bind mounts (./runs, ./wandb, ...) are a scratch directory owned by a non-root
 user, HOST_UID 4242, the way a user's clone is theirs. The images come from `make engine` and `make
-images STANDIN=1` (scripts/test_containers.sh runs both first); without them every test skips with
+images STANDIN=1 CPU=1` (scripts/test_containers.sh runs both first); without them every test skips with
 the reason.
 """
 
@@ -38,10 +38,10 @@ def _missing() -> str | None:
         return "no Docker engine or Compose v2 answers (make engine)"
     if not PINS.is_file():
         return f"no {PINS.relative_to(ROOT)} (make engine)"
-    for key in ("SHOPSIMRL_TRAIN_IMAGE", "SHOPSIMRL_TOOLS_IMAGE"):
+    for key in ("SHOPSIMRL_TRAIN_IMAGE", "SHOPSIMRL_TOOLS_IMAGE", "SHOPSIMRL_CPU_IMAGE"):
         image = _pins()[key]
         if subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False).returncode:
-            return f"image {image} not built (make images STANDIN=1)"
+            return f"image {image} not built (make images STANDIN=1 CPU=1)"
     return None
 
 
@@ -61,8 +61,8 @@ def pins() -> dict[str, str]:
 def make_workspace(path: Path) -> Path:
     """What a user's clone holds for the docker targets: Makefile, compose files, pins, configs."""
     path.mkdir(parents=True, exist_ok=True)
-    for name in ("Makefile", "compose.yaml", "compose.standin.yaml"):
-        shutil.copy(ROOT / name, path / name)
+    for name in ("Makefile", "compose.yaml", "compose.standin.yaml", "compose.cpu.yaml", "pyproject.toml"):
+        shutil.copy2(ROOT / name, path / name)  # with its mtime: the venv's stamp stays newer than pyproject
     (path / "docker").mkdir(exist_ok=True)
     for name in ("versions.env", "versions.local.env"):
         shutil.copy(ROOT / "docker" / name, path / "docker" / name)
@@ -75,14 +75,14 @@ def chown_tree(path: Path, uid: int = HOST_UID) -> None:
 
 
 def owners(path: Path) -> set[int]:
-    return {p.stat().st_uid for p in path.rglob("*")} | {path.stat().st_uid}
+    return {p.lstat().st_uid for p in path.rglob("*")} | {path.lstat().st_uid}
 
 
 def make(workspace: Path, *targets: str, env: dict[str, str] | None = None,
          timeout: float = 600) -> subprocess.CompletedProcess:
-    """`make TARGET RUNNER=docker STANDIN=1` in the workspace, as the user HOST_UID owns it."""
+    """`make TARGET RUNNER=docker STANDIN=1` in the workspace for the user HOST_UID who owns it."""
     command = ["make", "--no-print-directory", *targets, "RUNNER=docker", "STANDIN=1",
-               f"HOST_UID={HOST_UID}", f"HOST_GID={HOST_UID}"]
+               f"HOST_UID={HOST_UID}", f"HOST_GID={HOST_UID}", f"VENV={ROOT / '.venv'}"]
     full_env = {**os.environ, **(env or {})}
     for name in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_GROUP", "USE_WANDB"):
         if env is None or name not in env:

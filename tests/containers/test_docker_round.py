@@ -2,8 +2,10 @@
 services of compose.cpu.yaml (train, analyze, gate in the CPU image on the stand-ins) on the tiny
 profile, as a user would rehearse the GPU round; then the faults a training host meets.
 
-make runs as the user HOST_UID (4242) in the docker group, as a user of the engine would: every file
-the round leaves is theirs, on the host's side and the containers' alike."""
+The services run for the user HOST_UID (4242): what they write is theirs. make itself runs as root
+here (this machine's venv interpreter lives under /root, which no other user may enter), so the files
+the host's round runner writes after the last service (next round, reports) are root's; on a user's
+machine they are the user's own."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def _errors(done: subprocess.CompletedProcess) -> list[str]:
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     workspace = _workspace(tmp_path_factory.mktemp("docker-chain") / "ws")
-    done = make(workspace, "rounds", "COUNT=2", "CPU=1", TINY, "ROUND_ARGS=--wandb", as_user=True)
+    done = make(workspace, "rounds", "COUNT=2", "CPU=1", TINY, "ROUND_ARGS=--wandb")
     return workspace, done
 
 
@@ -70,9 +72,14 @@ def test_two_rounds_run_in_containers_and_chain(chain):
     for group in GROUPS:
         for stage in ("train", "analysis", "gate"):
             assert (workspace / "runs" / group / "logs" / f"{stage}.log").stat().st_size > 0
-    # Every file of both rounds, on the bind mounts and the host's own, belongs to the invoking user.
-    for directory in ("runs", "checkpoints", "wandb"):
-        assert owners(workspace / directory) == {HOST_UID}, directory
+    # What the services wrote, on the host's bind mounts, belongs to HOST_UID: the stages' outputs, the
+    # checkpoints, the six offline W&B runs of the stages.
+    for group in GROUPS:
+        for stage in ("train", "analysis", "gate"):
+            assert owners(workspace / "runs" / group / stage) == {HOST_UID}, (group, stage)
+    assert owners(workspace / "checkpoints") == {HOST_UID}
+    stage_runs = [run for run in find_offline_runs(workspace / "wandb") if read_offline_run(run.run_file).info.group in GROUPS]
+    assert len(stage_runs) == 6 and all(owners(run.path) == {HOST_UID} for run in stage_runs)
     # The W&B runs are offline on the host, three per round in its group, and the chain's summary run.
     groups = sorted(read_offline_run(run.run_file).info.group for run in find_offline_runs(workspace / "wandb"))
     assert groups == [GROUPS[0]] * 3 + [GROUPS[1]] * 3 + ["tiny-rounds"]
@@ -111,6 +118,7 @@ def test_make_wandb_sync_uploads_both_rounds(chain, tmp_path, wandb_server):
     workspace, _ = chain
     copy = tmp_path / "ws"
     shutil.copytree(workspace, copy, symlinks=True)
+    chown_tree(copy)  # the host runner's own files too (root's here: see the module's docstring)
     done = make(copy, "wandb-sync", env={"WANDB_BASE_URL": wandb_server.url, "WANDB_API_KEY": "local-" + "a" * 40})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     runs = find_offline_runs(copy / "wandb")
@@ -132,9 +140,15 @@ def _first_container(service: str, timeout: float = 180) -> str:
     raise AssertionError(f"no {service} container within {timeout:g} s")
 
 
-def _kill_when_running(service: str, signal_name: str, found: list[str]) -> threading.Thread:
+def _kill_when_running(service: str, signal_name: str, found: list[str], started: Path | None = None) -> threading.Thread:
+    """Signal the service's container once it runs and, with `started`, once that path exists (the
+    stage is under way)."""
+
     def kill():
         container = _first_container(service)
+        deadline = time.monotonic() + 120
+        while started is not None and not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         found.append(container)
         subprocess.run(["docker", "kill", "--signal", signal_name, container], capture_output=True, check=False)
 
@@ -152,8 +166,8 @@ def test_a_killed_service_leaves_its_stage_unfinished_and_the_same_command_resum
     command = ("round", "CPU=1", TINY)
 
     found: list[str] = []
-    killer = _kill_when_running("train", "TERM", found)
-    done = make(workspace, *command, as_user=True)
+    killer = _kill_when_running("train", "TERM", found, started=round_dir / "train")
+    done = make(workspace, *command)
     killer.join(timeout=5)
     assert found and done.returncode != 0
     [line] = _errors(done)
@@ -163,7 +177,7 @@ def test_a_killed_service_leaves_its_stage_unfinished_and_the_same_command_resum
 
     found.clear()
     killer = _kill_when_running("analyze", "KILL", found)
-    done = make(workspace, *command, as_user=True)
+    done = make(workspace, *command)
     killer.join(timeout=5)
     assert found and done.returncode != 0
     [line] = _errors(done)
@@ -178,19 +192,20 @@ def test_a_killed_service_leaves_its_stage_unfinished_and_the_same_command_resum
     traces = round_dir / "train" / "traces"
     aside = tmp_path / "traces"
     shutil.move(traces, aside)
-    done = make(workspace, *command, as_user=True)
+    done = make(workspace, *command)
     assert done.returncode != 0
     [line] = _errors(done)
     assert "Error: analysis: compose service 'analyze' exited 1; its output is in" in line and "retry: " in line
 
     shutil.move(aside, traces)
-    done = make(workspace, *command, as_user=True)
+    done = make(workspace, *command)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     state = _state(workspace, GROUPS[0])
     assert [state[s]["status"] for s in ("train", "analysis", "gate")] == ["finished"] * 3
     assert state["train"]["attempts"] == 2 and state["analysis"]["attempts"] == 3
     assert checkpoint.stat().st_mtime_ns == trained_at  # the finished training was not redone
-    assert owners(workspace / "runs") == {HOST_UID}
+    for stage in ("train", "analysis", "gate"):  # what a killed service left was handed back too
+        assert owners(round_dir / stage) == {HOST_UID}, stage
 
 
 def test_a_missing_image_is_one_line_that_says_make_images(tmp_path, pins):
@@ -200,7 +215,7 @@ def test_a_missing_image_is_one_line_that_says_make_images(tmp_path, pins):
     subprocess.run(["docker", "tag", image, kept], check=True, capture_output=True)
     subprocess.run(["docker", "rmi", image], check=True, capture_output=True)
     try:
-        done = make(workspace, "round", "CPU=1", TINY, as_user=True)
+        done = make(workspace, "round", "CPU=1", TINY)
     finally:
         subprocess.run(["docker", "tag", kept, image], check=True, capture_output=True)
         subprocess.run(["docker", "rmi", kept], check=True, capture_output=True)

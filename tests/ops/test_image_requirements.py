@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _copy(tmp_path: Path) -> Path:
-    for relative in (ir.PYPROJECT, ir.TRAIN_REQUIREMENTS, ir.TOOLS_LOCK):
+    for relative in (ir.PYPROJECT, ir.TRAIN_REQUIREMENTS, ir.TOOLS_LOCK, ir.CPU_REQUIREMENTS):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, tmp_path / relative)
     return tmp_path
@@ -63,3 +63,12 @@ def test_a_torn_lock_line_is_an_error_naming_the_line(tmp_path: Path):
         assert str(error).startswith(f"{ir.TOOLS_LOCK}:") and "'numpy>=2'" in str(error)
     else:
         raise AssertionError("a line that is not name==version was accepted")
+
+
+def test_the_cpu_image_gets_the_local_extra_without_torch(tmp_path: Path):
+    lines = [line for line in (ROOT / ir.CPU_REQUIREMENTS).read_text().splitlines() if not line.startswith("#")]
+    assert lines and not any(line.startswith("torch") for line in lines) and any("transformers" in x for x in lines)
+    root = _copy(tmp_path)
+    pyproject = root / ir.PYPROJECT
+    pyproject.write_text(pyproject.read_text().replace('"gguf>=0.19.0,<0.20",', '"gguf>=0.19.0,<0.21",'))
+    assert ir.check(root) == [f"{ir.CPU_REQUIREMENTS} is not what pyproject.toml's local extra gives"]

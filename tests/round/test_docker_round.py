@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from round_helpers import SKILLBANK
 
+from shopsimrl.errors import rerun_command
 from shopsimrl.round import load_round_config, round_config_from_mapping, run_round
 from shopsimrl.round.backends import DockerBackend
 from shopsimrl.round.chain import run_rounds
@@ -29,6 +30,11 @@ import json, os, shutil, sys
 from pathlib import Path
 from types import SimpleNamespace
 import yaml
+if sys.argv[1:3] == ["image", "inspect"]:  # as `docker image inspect`: the services' image is built
+    sys.exit(0)
+if "config" in sys.argv[1:]:  # `docker compose config --format json`: the services and their images
+    print(json.dumps({"services": {s: {"image": "shopsimrl-train:0.1.0"} for s in ("train", "analyze", "gate")}}))
+    sys.exit(0)
 service = sys.argv[-1]
 keys = ("WANDB_GROUP", "USE_WANDB", "WANDB_MODE", "START_LOAD", "ROLLOUT_SEED", "SHOPSIM_CONFIG", "ANALYZE_CONFIG",
         "ANALYZE_CHECKPOINT", "GATE_CONFIG", "GATE_CHECKPOINT", "HOST_UID")
@@ -83,10 +89,16 @@ elif service == "gate":
 """
 
 
+@pytest.fixture(autouse=True)
+def _in_checkout(tmp_path, monkeypatch):
+    """A docker round's directories are relative to the checkout (the services see it at /workspace)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _docker_round(tmp_path: Path, **train: str) -> dict:
     return {"schema_version": 1,
-            "round": {"group": "gpu-round-000", "backend": "docker", "runs_root": str(tmp_path / "runs"),
-                      "checkpoints_root": str(tmp_path / "checkpoints")},
+            "round": {"group": "gpu-round-000", "backend": "docker", "runs_root": "runs",
+                      "checkpoints_root": "checkpoints"},
             "train": {"service": "train", "shopsim": {"skillbank": str(SKILLBANK), "max_turns": 12}, **train},
             "analysis": {"lessons": {"backend": "rules"}, "trial": {"generator": "sglang", "tokenizer": "/models/x",
                                                                    "sglang_url": "http://127.0.0.1:30000"}},
@@ -119,7 +131,7 @@ def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_pat
     seen = _calls(calls)
     assert [c["service"] for c in seen] == ["train", "analyze", "gate"] * 2
     assert all(c["argv"][-3:] == ["run", "--rm", c["service"]] and c["env"]["HOST_UID"] == "1234" for c in seen)
-    runs, ckpts = tmp_path / "runs", tmp_path / "checkpoints"
+    runs, ckpts = Path("runs"), Path("checkpoints")
     r0, r1 = seen[0]["env"], seen[3]["env"]
     assert (r0["WANDB_GROUP"], r1["WANDB_GROUP"]) == ("gpu-round-000", "gpu-round-001")
     assert (r0["START_LOAD"], r1["START_LOAD"]) == ("", str(ckpts / "gpu-round-000"))
@@ -178,8 +190,8 @@ def test_a_training_that_left_an_incomplete_final_export_stops_the_round_naming_
     monkeypatch.setenv("CUT_FINAL_EXPORT", "1")
     with pytest.raises(RoundError) as excinfo:
         run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
-    final = tmp_path / "checkpoints" / "gpu-round-000" / "hf" / "rollout-19"
-    log = tmp_path / "runs" / "gpu-round-000" / "logs" / "train.log"
+    final = Path("checkpoints") / "gpu-round-000" / "hf" / "rollout-19"
+    log = Path("runs") / "gpu-round-000" / "logs" / "train.log"
     assert str(excinfo.value).startswith(f"train: {final}: the newest Hugging Face save is incomplete ")
     assert str(excinfo.value).endswith(f"; the training's output is in {log}")
     assert [c["service"] for c in _calls(calls)] == ["train"]
@@ -189,7 +201,7 @@ def test_keep_saves_all_prunes_nothing(tmp_path, compose):
     command, _ = compose
     config = round_config_from_mapping(_docker_round(tmp_path, keep_saves="all"), "test")
     run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
-    save = tmp_path / "checkpoints" / "gpu-round-000"
+    save = Path("checkpoints") / "gpu-round-000"
     assert sorted(p.name for p in (save / "hf").iterdir()) == ["rollout-19", "rollout-9"]
     assert (save / "iter_0000009").is_dir()
 
@@ -200,9 +212,9 @@ def test_a_failed_service_is_named_with_its_log_and_the_round_resumes_from_it(tm
     monkeypatch.setenv("FAIL_SERVICE", "analyze")
     with pytest.raises(RoundError) as excinfo:
         run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
-    log = tmp_path / "runs" / "gpu-round-000" / "logs" / "analysis.log"
+    log = Path("runs") / "gpu-round-000" / "logs" / "analysis.log"
     assert str(excinfo.value) == (f"analysis: compose service 'analyze' exited 3; its output is in {log}; "
-                                  "re-run the same command to resume the round")  # fmt: skip
+                                  f"retry: {rerun_command()} (finished stages are not re-run)")  # fmt: skip
     assert "service analyze says hello" in log.read_text() and "service analyze says hello" in capsys.readouterr().out
     monkeypatch.delenv("FAIL_SERVICE")
     result = run_round(config, settings=WandbSettings(), backend=DockerBackend(compose=command), echo=lambda _: None)
@@ -217,6 +229,6 @@ def test_a_dry_run_prints_every_round_and_writes_nothing(tmp_path):
                backend=DockerBackend(compose="docker compose", dry_run=True), echo=lines.append)  # fmt: skip
     trains = [line for line in lines if ": train: " in line]
     assert len(trains) == 2 and trains[1].endswith("docker compose run --rm train")
-    assert f"START_LOAD={tmp_path / 'checkpoints' / 'gpu-round-000'}" in trains[1] and "WANDB_MODE=offline" in trains[1]
+    assert f"START_LOAD={Path('checkpoints') / 'gpu-round-000'}" in trains[1] and "WANDB_MODE=offline" in trains[1]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
     assert os.listdir(tmp_path) == []
