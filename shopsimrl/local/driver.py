@@ -38,6 +38,7 @@ from shopsimrl.local.config import RunConfig
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.slime_rollout_metrics import perf_metrics, sample_metrics, train_side_rollout_metrics
+from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
 from shopsimrl.models.checkpoint import should_save
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
@@ -158,6 +159,7 @@ class LocalDriver:
         use_wandb: bool,
         ref_model: Any | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        trunk: FrozenTrunk | None = None,
     ):
         self.config = config
         self.args = build_args(
@@ -192,6 +194,7 @@ class LocalDriver:
         self.trainer = GrpoTrainer(
             model, optimizer, grpo, ref_model=ref_model,
             on_micro_batch=lambda done, total: self.on_event("micro_batch", {"done": done, "total": total}),
+            trunk=trunk,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ rollout (RolloutManager side)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from shopsimrl.local.config import KlLossType
+from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
 
 
@@ -204,6 +205,7 @@ def score_responses(
     with_entropy: bool,
     entropy_grad: bool = False,
     loss_positions_only: bool = False,
+    trunk: FrozenTrunk | None = None,
 ) -> ScoredResponses:
     """Log-probs (and entropy) of the response tokens of `items[indices]`.
 
@@ -218,6 +220,10 @@ def score_responses(
     ~49k entries skip the tool observations, about half of a multi-turn sample's response (2,332 of
     4,337 response tokens on a demo rollout; docs/local_backend.md).
 
+    With a `trunk` (the model's frozen bottom layers, trunk.py) the frozen layers' hidden states come
+    from it, computed once per distinct token prefix, and only the trainable layers run here, in the
+    same two shapes: the same values up to float rounding, gradients through the same layers.
+
     Gradients flow into `log_probs` when grad mode is on; entropy carries gradients only with
     `entropy_grad` (it is a metric unless `entropy_coef > 0`).
     """
@@ -230,7 +236,15 @@ def score_responses(
     rows, row_of = sequence_rows(items, indices)
     positions = _response_positions(items, indices, row_of)
     prefix = _shared_prompt_prefix(items, rows)
-    if prefix >= MIN_SHARED_PREFIX and len(rows) > 1:
+    shared = prefix >= MIN_SHARED_PREFIX and len(rows) > 1
+    if trunk is not None:
+        # A row's last token predicts nothing: its hidden states are not needed (nor, so, recorded by
+        # the rollout, which never feeds a turn's last token).
+        bottoms = trunk.hidden([items[i].tokens[:-1] for i in rows])
+        selected = (
+            trunk.top_shared(bottoms, prefix, positions) if shared else trunk.top_padded(bottoms, positions)
+        )
+    elif shared:
         selected = _hidden_with_shared_prefix(model, items, rows, prefix, positions, device)
     else:
         selected = _hidden_padded(model, items, rows, positions, device)
@@ -423,6 +437,7 @@ class GrpoTrainer:
         config: GrpoConfig,
         ref_model: Any | None = None,
         on_micro_batch: Callable[[int, int], None] | None = None,
+        trunk: FrozenTrunk | None = None,
     ):
         if config.use_kl_loss and ref_model is None:
             raise ValueError("use_kl_loss needs a reference model")
@@ -430,11 +445,12 @@ class GrpoTrainer:
         self.optimizer = optimizer
         self.config = config
         self.ref_model = ref_model
+        self.trunk = trunk  # the policy's frozen bottom layers (trunk.py); never the reference model's
         # (done, total) after each micro-batch's backward: an update takes minutes on a CPU
         self.on_micro_batch = on_micro_batch or (lambda _done, _total: None)
 
     def _score_all(
-        self, model: Any, items: Sequence[TrainItem], indices: Sequence[int]
+        self, model: Any, items: Sequence[TrainItem], indices: Sequence[int], trunk: FrozenTrunk | None
     ) -> dict[int, torch.Tensor]:
         out: dict[int, torch.Tensor] = {}
         with torch.no_grad():
@@ -446,6 +462,7 @@ class GrpoTrainer:
                     temperature=self.config.rollout_temperature,
                     with_entropy=False,
                     loss_positions_only=True,
+                    trunk=trunk,
                 )
                 out.update(zip(batch, scored.log_probs, strict=True))
         return out
@@ -465,13 +482,13 @@ class GrpoTrainer:
         # = [log_prob.detach() ...]`). Nothing of slime's other conditions applies locally: no KL
         # reward penalty, no old-actor copy, no routing replay, GRPO's policy loss.
         reuse_old = len(schedule) == 1 and self.config.reuse_old_log_probs
-        old = {} if reuse_old else self._score_all(self.model, items, scheduled)
+        old = {} if reuse_old else self._score_all(self.model, items, scheduled, self.trunk)
         log_probs_time = time.perf_counter() - start
         ref: dict[int, torch.Tensor] | None = None
         ref_time = 0.0
         if self.config.use_kl_loss:
             ref_start = time.perf_counter()
-            ref = self._score_all(self.ref_model, items, scheduled)
+            ref = self._score_all(self.ref_model, items, scheduled, None)
             ref_time = time.perf_counter() - ref_start
         mask_sums = rollout_mask_sums(items)
         train_start = time.perf_counter()
@@ -516,6 +533,7 @@ class GrpoTrainer:
                 with_entropy=True,
                 entropy_grad=cfg.entropy_coef != 0.0,
                 loss_positions_only=True,
+                trunk=self.trunk,
             )
             has_rollout_lp = all(items[i].rollout_log_probs is not None for i in step)
             inputs = StepLossInputs(

@@ -20,6 +20,7 @@ import torch
 from shopsimrl.local.config import ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.startup import check_startup
+from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.local.warm_start_cache import find_cached_warm_start, store_warm_start, warm_start_key
 from shopsimrl.metrics.alerts import AlertConfig
@@ -147,6 +148,9 @@ def run_training(
         model, tokenizer, load_seconds = load_model(model_config)
         line = summary_line(config, model)
         echo(line)
+        # The frozen bottom layers (model.trainable_top_layers) computed once per token prefix for the
+        # warm start and every update; the rollouts hand over what they computed (local/trunk.py).
+        trunk = FrozenTrunk.of(model)
         result = RunResult(
             config=config, summary_line=line, stage_dir=stage_dir, model_load_seconds=load_seconds
         )
@@ -171,6 +175,7 @@ def run_training(
                 config.warm_start,
                 base_sampling_params(args),
                 seed=config.model.seed,
+                trunk=trunk,
                 on_step=None
                 if on_event is None
                 else (
@@ -187,7 +192,7 @@ def run_training(
             if config.warm_start.save:  # the policy before any GRPO update, for `shopsimrl eval`
                 result.checkpoints.append(save_checkpoint(model, tokenizer, config.checkpoint_dir / WARM_START_DIR))
         # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
-        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed)
+        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed, recorder=trunk)
         with StageLogger(
             stage_dir,
             stage="train",
@@ -207,6 +212,7 @@ def run_training(
                 sink=logger,
                 use_wandb=logger.wandb_enabled,
                 on_event=on_event,
+                trunk=trunk,
             )
             result.reports = driver.run(save=lambda rollout_id: result.checkpoints.append(
                 save_checkpoint(model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),

@@ -23,6 +23,7 @@ import torch
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.local.config import WarmStartConfig
 from shopsimrl.local.grpo import TrainItem, micro_batches, score_responses
+from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators import FinishReason, GenerationResult
 from shopsimrl.rollout.prompting import IM_END, ChatRenderer
@@ -137,13 +138,17 @@ def _last_segment_tools(
     return env.offered_tools()
 
 
-def sft_step(model: Any, items: Sequence[TrainItem], max_tokens: int) -> float:
-    """Backward of the mean NLL over all assistant tokens of `items` (micro-batched); returns the loss."""
+def sft_step(
+    model: Any, items: Sequence[TrainItem], max_tokens: int, trunk: FrozenTrunk | None = None
+) -> float:
+    """Backward of the mean NLL over all assistant tokens of `items` (micro-batched); returns the loss.
+    With `trunk` the frozen layers come from it (computed once per distinct token prefix: the system
+    prompt once per warm start; local/trunk.py)."""
     total_tokens = float(sum(sum(item.loss_mask) for item in items))
     loss_value = 0.0
     for batch in micro_batches(items, range(len(items)), max_tokens):
         scored = score_responses(
-            model, items, batch, temperature=1.0, with_entropy=False, loss_positions_only=True
+            model, items, batch, temperature=1.0, with_entropy=False, loss_positions_only=True, trunk=trunk
         )
         nll = (
             sum(
@@ -227,6 +232,7 @@ def warm_start(
     seed: int = 0,
     max_tokens: int = 4096,
     on_step: Callable[[int, float, ProbeResult | None], None] | None = None,
+    trunk: FrozenTrunk | None = None,
 ) -> WarmStartResult:
     """Supervised steps on expert turns until a probe group has mixed outcomes (or `max_steps`)."""
     rng = random.Random(seed)
@@ -245,7 +251,7 @@ def warm_start(
             )
         ]
         optimizer.zero_grad(set_to_none=True)
-        loss = sft_step(model, batch, max_tokens)
+        loss = sft_step(model, batch, max_tokens, trunk)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         result.steps = step

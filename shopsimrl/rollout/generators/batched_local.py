@@ -26,7 +26,11 @@ requests and, once the event loop has let every runnable episode submit, decodes
   exactly the tokens drawn before it: drafts change how many forwards a row takes, not what it
   draws (the drafts it does not confirm leave its cache, decode_batch.RowBatch.keep_drawn);
 * a batch starts when `max_batch` requests wait, or after `settle_rounds` consecutive event-loop
-  rounds (`await asyncio.sleep(0)`) in which no new request arrived; rows join the same way.
+  rounds (`await asyncio.sleep(0)`) in which no new request arrived; rows join the same way;
+* with a `recorder` (and KV reuse), the hidden states entering the recorder's layer are handed over:
+  a row's prompt right after its prefill, its whole turn (what the prefix cache stores) when it
+  finishes. The local backend's `FrozenTrunk` records so, and the GRPO update reads the frozen
+  layers' output of every trajectory back instead of recomputing it (hidden_tap.py).
 
 Sampling rules and log-probs are exactly `LocalHFGenerator`'s (the same helper draws the token):
 `log_probs[i]` is `log_softmax(logits / temperature)[token_ids[i]]` over the full vocabulary
@@ -59,7 +63,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,11 +71,13 @@ import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
+from shopsimrl.rollout.generators.hidden_tap import HiddenRecorder, HiddenTap
 from shopsimrl.rollout.generators.prefill import (
+    EncodedRows,
     GenerationProfile,
     encode_rows,
-    prefill_cached,
     prefill_padded,
+    row_batch,
 )
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.prompt_lookup import PromptLookup
@@ -122,6 +128,12 @@ class _Row:
     reason: FinishReason = FinishReason.LENGTH
     drafts: list[int] = field(default_factory=list)  # fed by the last step after the last token
     lookup: PromptLookup | None = None  # the row's context so far, for drafts (made at its first step)
+    # With a recorder: the hidden states at its layer of the row's positions `hidden_start:` so far
+    # (input_ids + tokens[:-1]), and those of the tokens the last step fed, until the draws say how
+    # many of them stay.
+    hidden_start: int = 0
+    hidden: list[torch.Tensor] | None = None
+    pending: torch.Tensor | None = None
 
 
 class BatchedLocalHFGenerator:
@@ -139,6 +151,7 @@ class BatchedLocalHFGenerator:
         prefix_cache: bool = True,
         cache_max_bytes: int = DEFAULT_MAX_BYTES,
         draft_tokens: int = DRAFT_TOKENS,
+        recorder: HiddenRecorder | None = None,
     ):
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
@@ -164,6 +177,8 @@ class BatchedLocalHFGenerator:
         self._stats = BatchStats()
         self._profile = GenerationProfile()
         self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
+        # Hands every row's hidden states at `recorder.layer` over (hidden_tap.py); with KV reuse only.
+        self._recorder = recorder
 
     @property
     def stats(self) -> BatchStats:
@@ -353,9 +368,13 @@ class BatchedLocalHFGenerator:
         batch: PaddedBatch | RowBatch | None = None
         if self._prefix_cache is not None:
             room = max(row.request.params.max_new_tokens for row in rows) + self.draft_tokens
-            batch = prefill_cached(self.model, inputs, self._prefix_cache, room)
-            if batch is None:  # this model's cache layers cannot be cut and stacked
+            with self._tap() as tap:
+                encoded = encode_rows(self.model, inputs, self._prefix_cache, tap)
+            if encoded is None:  # this model's cache layers cannot be cut and stacked
                 self._prefix_cache = None
+            else:
+                batch = row_batch(encoded, [len(ids) for ids in inputs], room)
+                self._start_recording(rows, encoded)
         if batch is None:
             batch = prefill_padded(self.model, inputs, self._pad_id())
         self._profile = self._profile.add(
@@ -375,8 +394,12 @@ class BatchedLocalHFGenerator:
             return
         assert self._prefix_cache is not None  # a RowBatch exists only with KV reuse
         rows.extend(joining)  # before encoding: an error there reaches these callers too
-        encoded = encode_rows(self.model, [row.request.input_ids for row in joining], self._prefix_cache)
+        with self._tap() as tap:
+            encoded = encode_rows(
+                self.model, [row.request.input_ids for row in joining], self._prefix_cache, tap
+            )
         assert encoded is not None  # the same model encoded this batch's first rows
+        self._start_recording(joining, encoded)
         room = max(row.request.params.max_new_tokens for row in joining) + self.draft_tokens
         batch.admit(encoded.layers, encoded.logits, room)
         self._profile = self._profile.add(
@@ -396,6 +419,9 @@ class BatchedLocalHFGenerator:
         drawn_total = confirmed = 0
         for b, row in enumerate(rows):
             drawn, finishes = self._draw(row, batch.block(b))
+            if row.pending is not None and row.hidden is not None:
+                row.hidden.append(row.pending[:drawn].clone())  # the fed tokens that stay in its cache
+                row.pending = None
             if finishes:
                 finished.append(b)
             confirmed += drawn - 1
@@ -412,6 +438,7 @@ class BatchedLocalHFGenerator:
             # What a finished row has seen (its last token was never fed) serves its next turn.
             for b, row in zip(finished, done, strict=True):
                 self._prefix_cache.insert(row.request.input_ids + row.tokens[:-1], batch.row_layers(b))
+                self._finish_recording(row)
         if len(finished) < len(rows) or isinstance(batch, RowBatch):  # a RowBatch may take new rows later
             rows[:] = [rows[b] for b in batch.drop(finished)]  # later steps cost only the rows still going
         else:
@@ -440,10 +467,16 @@ class BatchedLocalHFGenerator:
         assert batch is not None
         started = time.perf_counter()
         last = [row.tokens[-1] for row in rows]
-        if isinstance(batch, RowBatch) and self.draft_tokens:
-            for row in rows:
-                row.drafts = self._drafts(row)
-            batch.step(self.model, last, [row.drafts for row in rows])
+        if isinstance(batch, RowBatch):
+            if self.draft_tokens:
+                for row in rows:
+                    row.drafts = self._drafts(row)
+            with self._tap() as tap:
+                batch.step(self.model, last, [row.drafts for row in rows] if self.draft_tokens else None)
+                if tap is not None:
+                    fed = tap.take()
+                    for b, row in enumerate(rows):
+                        row.pending = fed[b, : 1 + len(row.drafts)]
         else:
             batch.step(self.model, last)
         self._profile = self._profile.add(
@@ -461,6 +494,31 @@ class BatchedLocalHFGenerator:
         return row.lookup.draft(
             min(self.draft_tokens, row.request.params.max_new_tokens - len(row.tokens) - 1)
         )
+
+    # ------------------------------------------------------------------ hidden states for a recorder
+    def _tap(self) -> AbstractContextManager[HiddenTap | None]:
+        """A tap on the recorder's layer for one forward or one row's encoding (with KV reuse only)."""
+        if self._recorder is None or self._prefix_cache is None:
+            return nullcontext()
+        return HiddenTap(self._recorder.layer)
+
+    def _start_recording(self, rows: list[_Row], encoded: EncodedRows) -> None:
+        """The rows' prompts: what their prefill encoded, handed over at once (a sibling or a next turn
+        reuses the same prompt and continues from it)."""
+        if self._recorder is None or encoded.hidden is None:
+            return
+        for row, (start, hidden) in zip(rows, encoded.hidden, strict=True):
+            row.hidden_start, row.hidden = start, [hidden]
+            self._recorder.record(row.request.input_ids, start, hidden)
+
+    def _finish_recording(self, row: _Row) -> None:
+        """A finished row's whole sequence as the prefix cache stores it (its last token never fed)."""
+        if self._recorder is None or row.hidden is None:
+            return
+        self._recorder.record(
+            row.request.input_ids + row.tokens[:-1], row.hidden_start, torch.cat(row.hidden)
+        )
+        row.hidden = None
 
     def _count(self, *, taken: int, decoding: int) -> None:
         self._stats = BatchStats(

@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
+from shopsimrl.rollout.generators.hidden_tap import HiddenTap
 from shopsimrl.rollout.generators.prefix_attention import (
     PREFIX_ATTENTION,
     PREFIX_CALLS,
@@ -64,12 +65,14 @@ class GenerationProfile:
 
 @dataclass
 class EncodedRows:
-    """Each row's full KV cache (batch 1, per layer) and last-position logits (float32, CPU)."""
+    """Each row's full KV cache (batch 1, per layer) and last-position logits (float32, CPU); with a
+    `HiddenTap`, each row's (start, hidden states at the tapped layer of its positions start:)."""
 
     layers: list[list[LayerKV]]
     logits: torch.Tensor
     encoded_tokens: int
     reused_tokens: int
+    hidden: list[tuple[int, torch.Tensor]] | None = None
 
 
 def prefill_padded(model: torch.nn.Module, inputs: list[list[int]], pad_id: int) -> PaddedBatch:
@@ -100,24 +103,31 @@ def prefill_cached(
     """The rows in a `RowCache` with `room` columns to decode into; None when the model's cache
     cannot be cut and stacked (nothing is stored then)."""
     encoded = encode_rows(model, inputs, store)
-    if encoded is None:
-        return None
+    return None if encoded is None else row_batch(encoded, [len(ids) for ids in inputs], room)
+
+
+def row_batch(encoded: EncodedRows, lengths: list[int], room: int) -> RowBatch:
+    """Encoded rows (of these lengths) copied into a `RowCache` with `room` columns each to decode into."""
     return RowBatch(
         RowCache(encoded.layers, room),
-        [len(ids) for ids in inputs],
+        lengths,
         encoded.logits,
         encoded_tokens=encoded.encoded_tokens,
         reused_tokens=encoded.reused_tokens,
     )
 
 
-def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCache) -> EncodedRows | None:
+def encode_rows(
+    model: torch.nn.Module, inputs: list[list[int]], store: PrefixCache, tap: HiddenTap | None = None
+) -> EncodedRows | None:
     """Each input encoded after its longest cached prefix and stored at once; None when the model's
-    cache is not a plain `DynamicCache`."""
+    cache is not a plain `DynamicCache`. With `tap` (entered), each row's hidden states at the tapped
+    layer for the positions it encoded are returned too."""
     device = next(model.parameters()).device
     store.check_weights(model)
     rows: list[list[LayerKV]] = []
     logits: list[torch.Tensor] = []
+    hidden: list[tuple[int, torch.Tensor]] = []
     encoded = reused_total = 0
     seen: dict[tuple[int, ...], int] = {}  # siblings' identical first prompts share one forward
     for ids in inputs:
@@ -125,12 +135,16 @@ def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCa
         if same is not None:
             rows.append(rows[same])
             logits.append(logits[same])
+            if tap is not None:
+                hidden.append(hidden[same])
             reused_total += len(ids)
             continue
         prefix, reused = store.lookup(ids)
         output = _encode_after(model, ids, reused, build_cache(prefix), device)
         if not supports(output.past_key_values):
             return None
+        if tap is not None:
+            hidden.append((reused, tap.take()[0]))
         layers = cache_layers(output.past_key_values)
         store.insert(ids, layers)
         seen[tuple(ids)] = len(rows)
@@ -138,7 +152,7 @@ def encode_rows(model: torch.nn.Module, inputs: list[list[int]], store: PrefixCa
         logits.append(output.logits[0, -1].float().cpu())
         encoded += len(ids) - reused
         reused_total += reused
-    return EncodedRows(rows, torch.stack(logits), encoded, reused_total)
+    return EncodedRows(rows, torch.stack(logits), encoded, reused_total, hidden if tap is not None else None)
 
 
 def _encode_after(model: torch.nn.Module, ids: list[int], reused: int, cache: Cache, device: Any) -> Any:
