@@ -234,10 +234,12 @@ class DockerBackend:
             image = json.loads(done.stdout)["services"][service]["image"] if done.returncode == 0 else None
         except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
             return None
-        if not image:
+        if not image or Path(compose[0]).name != "docker":  # another program's CLI: no `image inspect` to ask
             return None
-        inspect = subprocess.run([compose[0], "image", "inspect", image], capture_output=True, timeout=60, check=False)
-        return image if inspect.returncode != 0 else None
+        inspect = subprocess.run([compose[0], "image", "inspect", image], capture_output=True, text=True,
+                                 timeout=60, check=False)  # fmt: skip
+        # Only the engine's own answer counts: an unreachable daemon is compose's to report.
+        return image if inspect.returncode != 0 and "no such image" in inspect.stderr.lower() else None
 
 
 def train_environment(config: RoundConfig) -> dict[str, str]:
