@@ -195,3 +195,46 @@ def test_what_the_rollout_computed_is_read_back_and_equals_the_trunks_own() -> N
     for a, b in zip(recorded, computed, strict=True):
         assert not a.is_inference()
         torch.testing.assert_close(a, b, atol=ROUNDING, rtol=0)
+
+
+class _Rows:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def log(self, metrics: dict) -> None:
+        self.rows.append(dict(metrics))
+
+
+def test_the_drivers_update_reads_the_rollouts_frozen_layers_back_and_trains_as_without(tiny_config) -> None:
+    """The demo's wiring on the tiny model (1 of 2 layers trained): a rollout of multi-turn episodes on
+    the batched generator recording for the trunk, then the update (an old-log-prob pass and two
+    optimizer steps) encodes nothing in the frozen layer; the rollout is the same as without the
+    trunk (recording changes no computation) and the train rows agree to float rounding."""
+    from shopsimrl.local.driver import LocalDriver
+    from shopsimrl.shop import generate_catalog, load_split
+    from shopsimrl.slime_metrics import reset_process_state
+
+    config = tiny_config(driver={"num_rollout": 1, "n_samples_per_prompt": 4, "global_batch_size": 2})
+    tokenizer = tiny_tokenizer()
+    catalog = generate_catalog(seed=0, num_products=200)
+    runs = []
+    for with_trunk in (False, True):
+        reset_process_state()
+        model = _model(layers=2, trainable=1, seed=0)
+        trunk = FrozenTrunk.of(model) if with_trunk else None
+        sink = _Rows()
+        driver = LocalDriver(
+            config, model=model, tokenizer=tokenizer, catalog=catalog, tasks=load_split(catalog, "train"),
+            generator=BatchedLocalHFGenerator(model, tokenizer, seed=7, recorder=trunk), sink=sink,
+            use_wandb=False, trunk=trunk,
+        )  # fmt: skip
+        report = driver.run_rollout(0)
+        runs.append((report, trunk))
+    (plain, _), (recorded, trunk) = runs
+    assert trunk.stats.recorded_tokens > 0 and trunk.stats.unassembled == 0
+    assert trunk.stats.encoded_tokens == 0
+    untimed = lambda row: {k: v for k, v in row.items() if not k.startswith("perf/")}  # noqa: E731
+    assert untimed(recorded.rollout_row) == untimed(plain.rollout_row)
+    assert len(recorded.train_rows) == len(plain.train_rows) == 2
+    for got, expected in zip(recorded.train_rows, plain.train_rows, strict=True):
+        assert got == pytest.approx(expected, abs=ROUNDING)
