@@ -12,19 +12,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from shopsimrl.config.files import validation_problem
+from shopsimrl.config.base import StrictModel, load_config, schema_version_check, validate_config
+from shopsimrl.config.files import load_yaml_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
-from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 
 ANALYSIS_CONFIG_SCHEMA_VERSION = 1
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class LessonBackendName(StrEnum):
@@ -37,7 +32,7 @@ class TrialGeneratorName(StrEnum):
     SGLANG = "sglang"  # the round's policy served by SGLang's /generate (production)
 
 
-class RunPaths(_Strict):
+class RunPaths(StrictModel):
     group: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", description="the round")
     runs_root: str = "runs"
     train_dir: str | None = Field(
@@ -46,7 +41,7 @@ class RunPaths(_Strict):
     analysis_dir: str | None = Field(None, description="default: the train_dir's sibling analysis/")
 
 
-class LlmSettings(_Strict):
+class LlmSettings(StrictModel):
     base_url: str = "http://127.0.0.1:30000/v1"
     model: str = "default"
     api_key_env: str | None = Field(None, description="name of the variable holding the key; never the key")
@@ -64,12 +59,12 @@ class LlmSettings(_Strict):
     )
 
 
-class LessonSettings(_Strict):
+class LessonSettings(StrictModel):
     backend: LessonBackendName = LessonBackendName.RULES
     llm: LlmSettings = Field(default_factory=LlmSettings)
 
 
-class TrialSettings(_Strict):
+class TrialSettings(StrictModel):
     enabled: bool = True
     generator: TrialGeneratorName = TrialGeneratorName.LOCAL
     model: str = Field("tiny", description="local: tiny | smollm2 | a Hugging Face model directory")
@@ -85,29 +80,29 @@ class TrialSettings(_Strict):
     concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once, each with its attempts concurrent (sglang: many)")
 
 
-class FirewallSettings(_Strict):
+class FirewallSettings(StrictModel):
     banned_terms: list[str] = Field(default_factory=list, description="extra terms no candidate may carry")
     shingle_words: int = Field(3, ge=3, le=12, description="content words per shingle of held-out instruction text")
 
 
-class CompilerSettings(_Strict):
+class CompilerSettings(StrictModel):
     max_candidates: int = Field(8, ge=1, le=64)
     min_evidence_cards: int = Field(1, ge=1)
     chunk_id_prefix: str = Field("analyst", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
     text_similarity: float = Field(0.6, gt=0, le=1, description="Jaccard of word sets that joins two lessons")
 
 
-class LedgerSettings(_Strict):
+class LedgerSettings(StrictModel):
     history: list[str] = Field(
         default_factory=list, description="earlier rounds' ledgers (gate/proposal_ledger.jsonl) to honour"
     )
 
 
-class SidecarSettings(_Strict):
+class SidecarSettings(StrictModel):
     poll_interval_s: float = Field(2.0, gt=0, le=600)
 
 
-class AnalysisConfig(_Strict):
+class AnalysisConfig(StrictModel):
     schema_version: int = ANALYSIS_CONFIG_SCHEMA_VERSION
     run: RunPaths
     shopsim_config: str = Field(..., description="the training round's YAML with a top-level `shopsim:`")
@@ -135,44 +130,27 @@ class AnalysisConfig(_Strict):
         return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / "analysis"
 
 
-def load_analysis_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> AnalysisConfig:
-    """Read the analysis YAML, apply dotted `overrides` (e.g. {"run.group": "qwen35-4b-round-001"}),
-    validate; raises `ConfigError` listing every problem."""
-    source = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-    if overrides and not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    for key, value in (overrides or {}).items():
-        set_dotted(raw, key, value, source)
-    return analysis_config_from_mapping(raw, source)
-
-
-def analysis_config_from_mapping(raw: Any, source: str) -> AnalysisConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    try:
-        config = AnalysisConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(source, [validation_problem(item) for item in exc.errors()]) from None
-    problems = []
-    if config.schema_version != ANALYSIS_CONFIG_SCHEMA_VERSION:
-        problems.append(
-            f"schema_version: {config.schema_version} is not supported (this version reads "
-            f"{ANALYSIS_CONFIG_SCHEMA_VERSION})"
-        )
-    trial = config.trial
+def _trial_problems(config: AnalysisConfig) -> list[str]:
+    trial, problems = config.trial, []
     if trial.min_successes > trial.attempts:
         problems.append(f"trial.min_successes: {trial.min_successes} is more than trial.attempts ({trial.attempts})")
     if trial.generator is TrialGeneratorName.SGLANG and not (trial.sglang_url and trial.tokenizer):
         problems.append("trial: generator sglang needs trial.sglang_url and trial.tokenizer")
-    if problems:
-        raise ConfigError(source, problems)
-    return config
+    return problems
+
+
+_CHECKS = (schema_version_check(ANALYSIS_CONFIG_SCHEMA_VERSION), _trial_problems)
+
+
+def load_analysis_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> AnalysisConfig:
+    """Read the analysis YAML, apply dotted `overrides` (e.g. {"run.group": "qwen35-4b-round-001"}),
+    validate; raises `ConfigError` listing every problem."""
+    return load_config(path, AnalysisConfig, overrides, _CHECKS)
+
+
+def analysis_config_from_mapping(raw: Any, source: str) -> AnalysisConfig:
+    """An analysis config from a parsed mapping (the round's `analysis:` section)."""
+    return validate_config(raw, AnalysisConfig, source, _CHECKS)
 
 
 def load_round_options(config: AnalysisConfig) -> ShopSimOptions:
@@ -183,13 +161,10 @@ def load_round_options(config: AnalysisConfig) -> ShopSimOptions:
     """
     source = config.shopsim_config
     try:
-        data = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+        data = load_yaml_file(source)
     except OSError as exc:
         raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
     if not isinstance(data, dict) or not isinstance(data.get(OPTIONS_KEY), dict):
         raise ConfigError(source, [f"missing top-level mapping {OPTIONS_KEY!r}"])
     section = {"run_dir": str(config.train_dir), **data[OPTIONS_KEY]}
     return validate_options(section, source)
-

@@ -1,5 +1,9 @@
-"""Plugin options of the hooks (one typed source of defaults, validated once)."""
+"""Config loading (one strict base, one loader: `base.py`) and the plugin options of the hooks.
 
+    config = load_config("configs/local/gate.yaml", GateConfig, {"design.tasks": 8})
+"""
+
+from shopsimrl.config.base import StrictModel, load_config, read_config, validate_config
 from shopsimrl.config.options import (
     CatalogOptions,
     QSchedule,
@@ -13,7 +17,11 @@ __all__ = [
     "CatalogOptions",
     "QSchedule",
     "ShopSimOptions",
+    "StrictModel",
+    "load_config",
     "load_options_file",
     "options_from_args",
+    "read_config",
+    "validate_config",
     "validate_options",
 ]

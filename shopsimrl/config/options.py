@@ -21,9 +21,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from shopsimrl.config.base import StrictModel
 from shopsimrl.config.files import load_yaml_file
 from shopsimrl.errors import ConfigError
 from shopsimrl.shop.catalog import Catalog, ToolOffer, generate_catalog
@@ -33,11 +34,7 @@ OPTIONS_KEY = "shopsim"
 _CACHE_ATTR = "_shopsim_options"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class QSchedule(_Strict):
+class QSchedule(StrictModel):
     """Probability that a group is skill-free: constant (`start`) or linear from `start` to `end`."""
 
     start: float = Field(0.5, ge=0.0, le=1.0)
@@ -51,7 +48,7 @@ class QSchedule(_Strict):
         return self.start + (self.end - self.start) * fraction
 
 
-class CatalogOptions(_Strict):
+class CatalogOptions(StrictModel):
     """The shop a stage runs on. Training, the gate and eval share this one definition (the gate's
     and eval's `catalog:` sections), so a round names its difficulty level once, in training's."""
 
@@ -86,7 +83,7 @@ class CatalogOptions(_Strict):
         return generate_catalog(seed=self.seed, num_products=self.num_products, level=self.level, tools=self.tools)
 
 
-class ShopSimOptions(_Strict):
+class ShopSimOptions(StrictModel):
     run_dir: str = Field(..., description="stage directory, e.g. runs/<group>/train")
     skillbank: str | None = Field(None, description="skillbank JSON; null trains skill-free only")
     round_seed: int = 0

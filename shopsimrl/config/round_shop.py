@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from shopsimrl.config.files import load_yaml_file
 
 RECORD_FILES = ("train_config.yaml", "shopsim_config.yaml")  # round/config.py writes one of them
 
@@ -25,7 +25,7 @@ def round_catalog(runs_root: str | Path, group: str) -> tuple[Path, dict[str, An
     for name in RECORD_FILES:
         path = Path(runs_root) / group / name
         if path.is_file():
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = load_yaml_file(path)
             shopsim = data.get("shopsim") if isinstance(data, dict) else None
             if isinstance(shopsim, dict) and isinstance(shopsim.get("catalog"), dict):
                 return path, shopsim["catalog"]

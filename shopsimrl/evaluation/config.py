@@ -15,16 +15,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from shopsimrl.config.files import load_yaml_file, validation_problem
-from shopsimrl.config.overrides import set_dotted
-from shopsimrl.errors import ConfigError
+from shopsimrl.config.base import StrictModel, load_config
 from shopsimrl.evaluation.episode_config import (
     CatalogConfig,
     EpisodeConfig,
     GeneratorConfig,
-    Strict,
     generator_problems,
 )
 from shopsimrl.shop.tasks import MAX_HELD_OUT
@@ -33,7 +30,7 @@ EVAL_CONFIG_SCHEMA_VERSION = 1
 MaskSpec = Literal["full", "none"] | list[str]
 
 
-class EvalConfig(Strict):
+class EvalConfig(StrictModel):
     schema_version: Literal[1] = EVAL_CONFIG_SCHEMA_VERSION
     checkpoint: str = Field(..., min_length=1, description="HF model directory, a checkpoints parent, or 'demo'")
     tokenizer: str | None = Field(None, description="tokenizer directory; default: the checkpoint")
@@ -95,14 +92,4 @@ class EvalConfig(Strict):
 
 def load_eval_config(path: str | os.PathLike[str] | None, overrides: dict[str, Any] | None = None) -> EvalConfig:
     """Read the YAML (or start empty), apply dotted `overrides`, validate; every problem at once."""
-    source = str(path) if path is not None else "eval flags"
-    raw: Any = {} if path is None else load_yaml_file(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    for key, value in (overrides or {}).items():
-        set_dotted(raw, key, value, source)
-    try:
-        return EvalConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(source, [validation_problem(error) for error in exc.errors()]) from None
-
+    return load_config(path, EvalConfig, overrides, source=None if path is not None else "eval flags")

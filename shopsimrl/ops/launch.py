@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from shopsimrl.config import load_options_file
+from shopsimrl.config.files import load_yaml_file
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
 from shopsimrl.models.slime_saves import TRACKER_FILE, SlimeSaveError, latest_iteration
@@ -63,7 +64,7 @@ def resolve_options(config_path: str | Path, group: str, base_dir: str | Path) -
         load_options_file(config_path)  # every problem of the file as written, with locations
     except ConfigError as exc:
         raise LaunchError([str(exc)]) from None
-    document = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    document = load_yaml_file(config_path)  # the whole document: slime reads its top-level keys too
     _check_retry_mode(document, config_path)
     section = dict(document[OPTIONS_KEY])
     base = Path(base_dir)

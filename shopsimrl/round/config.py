@@ -24,12 +24,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from shopsimrl.analyst.config import AnalysisConfig, analysis_config_from_mapping
-from shopsimrl.config.files import load_yaml_file, validation_problem
+from shopsimrl.config.base import StrictModel, read_config, schema_version_check, validate_config
+from shopsimrl.config.files import validation_problems
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
-from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import GateConfig
 from shopsimrl.local.config import RunConfig, RunMode, run_config_from_mapping
@@ -61,11 +61,7 @@ _OWNED = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RoundIdentity(_Strict):
+class RoundIdentity(StrictModel):
     group: str = Field(
         ..., pattern=GROUP_PATTERN, description="the round and its W&B group, <name>-round-NNN (e.g. qwen35-4b-round-000)"
     )
@@ -91,7 +87,7 @@ class RoundIdentity(_Strict):
         return self
 
 
-class SlimeTrain(_Strict):
+class SlimeTrain(StrictModel):
     """`train:` of a docker round: the compose service that launches slime and its plugin options."""
 
     service: Literal["train", "train-smoke"] = "train"
@@ -103,7 +99,7 @@ class SlimeTrain(_Strict):
     )
 
 
-class Tracking(_Strict):
+class Tracking(StrictModel):
     """The round's W&B settings where the command line gives none (a next round keeps the last one's)."""
 
     enabled: bool = False
@@ -116,7 +112,7 @@ class Tracking(_Strict):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
-class RoundConfig(_Strict):
+class RoundConfig(StrictModel):
     schema_version: int = ROUND_CONFIG_SCHEMA_VERSION
     round: RoundIdentity
     train: dict[str, Any] = Field(..., description="a local-backend run config without `run:`")
@@ -168,10 +164,7 @@ class RoundConfig(_Strict):
         return Path(self.round.checkpoints_root) / self.round.group
 
     def slime_train(self) -> SlimeTrain:
-        try:
-            return SlimeTrain.model_validate(self.train)
-        except ValidationError as exc:
-            raise ConfigError(f"{self.source} (train)", [validation_problem(e, "") for e in exc.errors()]) from None
+        return validate_config(self.train, SlimeTrain, f"{self.source} (train)")
 
     def shopsim(self) -> ShopSimOptions:
         """The training's ShopSim options on either backend (catalog, turns, skillbank, curriculum seed)."""
@@ -240,7 +233,7 @@ class RoundConfig(_Strict):
         try:
             return GateConfig.model_validate(raw)
         except ValidationError as exc:
-            raise ConfigError(f"{self.source} (gate)", [validation_problem(e, "gate") for e in exc.errors()]) from None
+            raise ConfigError(f"{self.source} (gate)", validation_problems(exc, "gate")) from None
 
 
 def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
@@ -253,15 +246,13 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
     try:
         config = RoundConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = [validation_problem(e, "") for e in exc.errors()]
+        problems = validation_problems(exc)
         stand_in = _stand_in(raw)
         if stand_in is None:
             raise ConfigError(source, problems) from None
         config = stand_in  # the sections are still checked below; the report is raised at the end
     config._source = source
-    if config.schema_version != ROUND_CONFIG_SCHEMA_VERSION:
-        problems.append(f"schema_version: {config.schema_version} is not supported (this version reads "
-                        f"{ROUND_CONFIG_SCHEMA_VERSION})")  # fmt: skip
+    problems.extend(schema_version_check(ROUND_CONFIG_SCHEMA_VERSION)(config))
     if (config.round.start_checkpoint is None) != (config.round.start_checkpoint_sha256 is None):
         problems.append("round: start_checkpoint and start_checkpoint_sha256 go together")
     sections = {"train": config.train, "analysis": config.analysis, "gate": config.gate}
@@ -345,18 +336,7 @@ def _stand_in(raw: dict[str, Any]) -> RoundConfig | None:
 
 def load_round_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RoundConfig:
     """Read the YAML, apply dotted `overrides` ({"train.driver.num_rollout": 1}), validate."""
-    source = str(path)
-    try:
-        raw = load_yaml_file(path)
-    except FileNotFoundError:
-        raise ConfigError(source, ["file not found"]) from None
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    if not isinstance(raw, dict):
-        raise ConfigError(source, [f"top level: expected a mapping, got {type(raw).__name__}"])
-    for key, value in (overrides or {}).items():
-        set_dotted(raw, key, value, source)
-    return round_config_from_mapping(raw, source)
+    return round_config_from_mapping(read_config(path, overrides), str(path))
 
 
 def next_group(group: str) -> str:
