@@ -11,6 +11,7 @@ the reason.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST_UID = 4242
 PINS = ROOT / "docker" / "versions.local.env"
 BIN = Path(sys.executable).parent
+MAKE_LINE = re.compile(r"^make(\[\d+\])?: ")  # make's own closing line (make[1]: under a parent make)
 
 
 def _pins() -> dict[str, str]:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HOST_UID, ROOT, chown_tree, make, make_workspace, owners
+from conftest import HOST_UID, MAKE_LINE, ROOT, chown_tree, make, make_workspace, owners
 
 from shopsimrl.tracking.offline_reader import read_offline_run
 from shopsimrl.tracking.sync import find_offline_runs
 
-pytestmark = pytest.mark.containers
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(900)]  # whole rounds in containers on 2 cores
 
 TINY = "ROUND_CONFIG=configs/local/tiny_round.yaml"
 GROUPS = ("tiny-round-000", "tiny-round-001")
@@ -45,7 +45,7 @@ def _state(workspace: Path, group: str) -> dict:
 
 def _errors(done: subprocess.CompletedProcess) -> list[str]:
     """What the round said on stderr, without make's own closing line."""
-    return [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("make:")]
+    return [line for line in done.stderr.splitlines() if line.strip() and not MAKE_LINE.match(line)]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import HOST_UID, make_workspace
 
-pytestmark = pytest.mark.containers
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(900)]  # whole rounds in containers on 2 cores
 
 COMPOSE = ["docker", "compose", "-f", "compose.yaml", "-f", "compose.standin.yaml",
            "--env-file", "docker/versions.local.env"]  # fmt: skip

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HOST_UID, chown_tree, make, owners
+from conftest import HOST_UID, MAKE_LINE, chown_tree, make, owners
 
 from shopsimrl.tracking.offline_reader import read_offline_run
 from shopsimrl.tracking.sync import credentials_hint, find_offline_runs
 
-pytestmark = pytest.mark.containers
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(900)]  # whole rounds in containers on 2 cores
 
 API_KEY = "local-" + "a" * 40  # the format wandb checks locally; the stand-in accepts any key
 
@@ -76,7 +76,7 @@ def test_wandb_sync_in_the_tools_image_uploads_every_value_of_the_round(workspac
 def test_wandb_sync_without_credentials_says_so_in_one_line(workspace, wandb_server):
     done = make(workspace, "wandb-sync", env={"WANDB_BASE_URL": wandb_server.url})
     assert done.returncode != 0
-    service_lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("make:")]
+    service_lines = [line for line in done.stderr.splitlines() if line.strip() and not MAKE_LINE.match(line)]
     assert service_lines == [credentials_hint(wandb_server.url)]
     assert wandb_server.requests == []
     assert not any(run.marker.exists() for run in find_offline_runs(workspace / "wandb"))
