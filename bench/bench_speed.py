@@ -4,13 +4,15 @@ process on the same inputs: SmolLM2-135M-Instruct with the demo's top 8 of 30 la
 * `warm_start`: `--warm-steps` supervised steps of the demo's warm start (2 expert episodes a step,
   its seed, batches and lr) from the base weights, once per path: `full` (every layer over every
   token: the path before) and `trunk` (the frozen layers once per token prefix, local/trunk.py).
-  Reported: seconds a step, both paths' losses, the largest weight difference after the steps.
+  Reported: seconds a step, both paths' losses, the largest weight difference after the steps, and
+  whether the two policies' next 8 episodes are token-identical.
 * `update`: one demo rollout (6 groups of 2 through the demo's hooks, curriculum and sampling) on the
   warm-started weights, recorded for the trunk, then its GRPO update (one optimizer step, AdamW at the
   demo's lr) three times from the same weights: `full`; `trunk` (the frozen layers computed, each
   distinct token prefix once); `trunk_rollout` (what the rollout computed read back: the demo's path).
   Reported: seconds, micro-batches, the train metrics and the largest differences to `full` (metrics,
-  relative gradient per tensor, weights after the step).
+  relative gradient per tensor, weights after the step; the next 8 episodes of `full`'s and
+  `trunk_rollout`'s policies, token-identical or not).
 * `gate`: the gate's episodes (`--gate-episodes`, 20 in flight, the demo round's episode settings,
   validation tasks, two skill masks as the two arms) on the warm-started weights: where an episode's
   time goes (prefill: tokens encoded and reused, and how many no cache could have served; decode:
@@ -58,6 +60,7 @@ from shopsimrl.shop import load_split  # noqa: E402
 from shopsimrl.slime_metrics import reset_process_state  # noqa: E402
 
 PARTS = ("warm_start", "update", "gate")
+NEXT_EPISODES = 8  # episodes generated from each path's policy to check they stay token-identical
 GATE_CONCURRENCY = 20  # configs/local/demo_round.yaml gate.generator.concurrency
 GATE_LESSON = (
     "Before checkout, compare the product's attribute with the one the instruction names; "
@@ -174,7 +177,45 @@ def bench_warm_start(env: dict[str, Any], steps: int) -> dict[str, Any]:
         abs(a - b) for a, b in zip(out["full"]["losses"], out["trunk"]["losses"], strict=True)
     )
     out["max_weight_difference_after"] = max_weight_difference(finals["full"], finals["trunk"])
+    out["next_episodes"] = same_episodes(env, finals["full"], finals["trunk"], NEXT_EPISODES)
     return out
+
+
+def same_episodes(
+    env: dict[str, Any], first: dict[str, torch.Tensor], second: dict[str, torch.Tensor], count: int
+) -> dict[str, Any]:
+    """Whether the two policies' next episodes are token-identical: `count` episodes each (validation
+    tasks, temperature 0.7, fixed seeds, concurrent on the batched generator), and where the first
+    that differs does (the largest log-prob difference before it tells a rounding flip from a bug)."""
+    model, catalog, tokenizer = env["model"], env["catalog"], env["tokenizer"]
+    tasks = load_split(catalog, "validation")
+    options = env["config"].shopsim
+    runs = []
+    for trained in (first, second):
+        restore(model, trained)
+        model.eval()
+        generator = BatchedLocalHFGenerator(model, tokenizer, seed=0)
+
+        async def all_episodes(generator: Any = generator) -> list[Any]:
+            return list(await asyncio.gather(*(
+                run_trajectory(task=tasks[i % len(tasks)], catalog=catalog, tokenizer=tokenizer,
+                               generator=generator, options=options, skill_texts=[],
+                               sampling_params={"temperature": 0.7, "sampling_seed": 100 + i})
+                for i in range(count)
+            )))  # fmt: skip
+
+        progress(f"next episodes: {count} from policy {len(runs) + 1} of 2")
+        runs.append(asyncio.run(all_episodes()))
+    identical, divergences = 0, []
+    for index, (a, b) in enumerate(zip(*runs, strict=True)):
+        tokens_a = [t for s in a.segments for t in s.tokens]
+        tokens_b = [t for s in b.segments for t in s.tokens]
+        if tokens_a == tokens_b:
+            identical += 1
+            continue
+        at = next((k for k, (x, y) in enumerate(zip(tokens_a, tokens_b, strict=False)) if x != y), None)
+        divergences.append({"episode": index, "first_differing_token": at})
+    return {"episodes": count, "identical": identical, "divergences": divergences}
 
 
 # ---------------------------------------------------------------------- GRPO update
@@ -258,6 +299,9 @@ def bench_update(env: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[
         )
         out[path]["max_weight_difference_after"] = max_weight_difference(full["weights"], mine["weights"])
     out["trunk_rollout"]["recorded"] = recorded.stats.__dict__
+    out["trunk_rollout"]["next_episodes"] = same_episodes(
+        env, results["full"]["weights"], results["trunk_rollout"]["weights"], NEXT_EPISODES
+    )
     return out
 
 
