@@ -14,11 +14,15 @@ once and read back wherever the same token prefix comes again. The warm start an
 * **top** (`top_padded`, `top_shared`, with autograd): the trainable layers and the final norm over
   those hidden states, in the same two shapes as the full-model passes (one padded pass, or a shared
   prompt once and the rows' remainders on top of its keys and values), so gradients flow through
-  exactly the layers that have them, as before.
+  exactly the layers that have them, as before;
+* **record**: a generator that ran the same tokens (the rollout, on the same frozen weights) hands
+  over the hidden states it computed at the split (`BatchedLocalHFGenerator(recorder=trunk)`,
+  rollout/generators/hidden_tap.py); a row recorded whole is read back without any encoding, which
+  is how the update gets every trajectory of the rollout before it.
 
 Values equal the full-model pass up to float rounding: the frozen layers see the same tokens at the
-same positions, in other matrix shapes (tests/local/test_trunk.py bounds the difference on the tiny
-model and on SmolLM2).
+same positions, in other matrix shapes (tests/local/test_trunk.py and test_trunk_smollm2.py bound
+the difference on the tiny model and on SmolLM2).
 
 Stored bytes are capped (`max_bytes`, least recently used out; SmolLM2 with 22 frozen layers: ~36 KiB
 a token), and everything is dropped when a frozen parameter changes (storage pointer or in-place
@@ -105,7 +109,7 @@ class FrozenTrunk:
             if any(p.requires_grad for p in layer.parameters()):
                 break
             split += 1
-        if split == 0:
+        if split in (0, len(decoder.layers)):  # nothing frozen, or no trainable layer to split at
             return None
         return cls(model, split, max_bytes)
 

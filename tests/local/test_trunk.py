@@ -77,6 +77,7 @@ def test_the_trunk_ends_below_the_first_trainable_layer_or_is_absent() -> None:
     assert FrozenTrunk.of(_model(layers=4, trainable=2)).split == 2
     assert FrozenTrunk.of(_model(layers=4, trainable=3)).split == 1
     assert FrozenTrunk.of(_model(layers=4, trainable=4)) is None  # nothing frozen
+    assert FrozenTrunk.of(_model(layers=4, trainable=0)) is None  # only the final norm trains: no layer above
     assert FrozenTrunk.of(tiny_model(tiny_tokenizer())) is None  # every parameter trains
 
 
