@@ -60,7 +60,7 @@ def test_a_second_run_into_the_same_run_directory_is_refused_and_the_first_is_ke
     second = CliRunner().invoke(train, ["run", "--config", str(config), "--no-progress"], env={"USE_WANDB": "0"})
     assert second.exit_code == 1
     entries = sorted(p.name for p in stage.iterdir())
-    assert entries[:3] == ["metrics.jsonl", "traces", "triage.jsonl"]
+    assert entries[:4] == ["local_run.json", "metrics.jsonl", "traces", "triage.jsonl"]  # local_run.json: what it saved
     assert second.output == (
         f"Error: cannot start the run: run directory {stage} already holds a run "
         f"({', '.join(entries[:3])}{', ...' if len(entries) > 3 else ''}); a second "
