@@ -23,7 +23,6 @@ slime's log). The sources are not changed; the merged run is written atomically 
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 import zlib
@@ -31,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.storage import open_temp, storage_error
+from shopsimrl.storage import atomic_write_bytes
 from shopsimrl.tracking.offline_reader import MERGED_RUNS_DIR, iter_records
 
 _BLOCK = 32768
@@ -112,7 +111,7 @@ def merge_offline_runs(run_files: Sequence[Path], out_dir: Path) -> Path:
         record.num = number
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"run-{runs[primary].run_id}.wandb"
-    _write_log(target, [record.SerializeToString() for record in records])
+    atomic_write_bytes(target, _chunks([record.SerializeToString() for record in records]))
     files = Path(run_files[primary]).parent / "files"
     if files.is_dir():  # config.yaml, wandb-metadata.json, ...: what the driver's file records name
         shutil.copytree(files, out_dir / "files", dirs_exist_ok=True)
@@ -150,25 +149,6 @@ def _chunks(payloads: Sequence[bytes]) -> bytes:
             if last:
                 break
     return bytes(out)
-
-
-def _write_log(path: Path, payloads: Sequence[bytes]) -> None:
-    data = _chunks(payloads)
-    try:
-        fd, temp = open_temp(path)
-    except OSError as exc:
-        raise storage_error(path, exc) from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except OSError as exc:
-        raise storage_error(path, exc) from exc
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
 
 
 __all__ = ["MERGED_RUNS_DIR", "MergeError", "merge_offline_runs"]
