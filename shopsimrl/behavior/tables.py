@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +17,7 @@ from shopsimrl.behavior.episode import EpisodeFacts
 from shopsimrl.behavior.failure_mode import Ending
 from shopsimrl.behavior.run_source import SlimeStep
 from shopsimrl.behavior.tally import ALL_ARMS, Tally
-from shopsimrl.storage import atomic_write_text
+from shopsimrl.storage import atomic_open, atomic_write_text
 
 EPISODES_CSV = "episodes.csv"
 BY_ARM_CSV = "by_arm.csv"
@@ -48,14 +46,12 @@ def _mix(counts: dict[str, int]) -> str:
 
 
 class StreamingCsv:
-    """A CSV written row by row to a temp file and renamed into place on a clean close."""
+    """A CSV written row by row through `atomic_open`: renamed into place on a clean close only."""
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-        self._handle = os.fdopen(fd, "w", encoding="utf-8", newline="")
-        self._writer = csv.writer(self._handle)
+        self._file = atomic_open(path)
+        self._writer = csv.writer(self._file.__enter__())
         self._writer.writerow(columns)
         self.rows = 0
 
@@ -69,14 +65,7 @@ class StreamingCsv:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc_type is not None:
-            self._handle.close()
-            os.unlink(self._tmp)
-            return
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        os.replace(self._tmp, self.path)
+        self._file.__exit__(exc_type, exc, tb)
 
 
 def episode_row(e: EpisodeFacts) -> list[Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from shopsimrl.diagnostics.tables import (
     split_rows,
     update_position,
 )
-from shopsimrl.storage import SPACE_ERRNOS, atomic_write_json, atomic_write_text, open_temp, storage_error
+from shopsimrl.storage import atomic_open, atomic_write_json, atomic_write_text
 from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 
 SCHEMA_VERSION = 1
@@ -117,8 +116,8 @@ def export_history(
     stats = SplitStats()
     outside = 0
     with (
-        _AtomicText(out_dir / ROLLOUT_CSV) as rollout_file,
-        _AtomicText(out_dir / UPDATES_CSV) as update_file,
+        atomic_open(out_dir / ROLLOUT_CSV) as rollout_file,
+        atomic_open(out_dir / UPDATES_CSV) as update_file,
     ):
         rollout_csv = CsvTable(rollout_file, ROLLOUT_ID_COLUMNS, rollout_columns)
         update_csv = CsvTable(update_file, UPDATE_ID_COLUMNS, update_columns)
@@ -311,35 +310,3 @@ def _file_entry(path: Path) -> dict[str, Any]:
     if path.suffix == ".csv":
         entry["rows"] = rows - 1  # minus the header
     return entry
-
-
-class _AtomicText:
-    """A text file written under a temp name and renamed into place only if the block succeeds."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> Any:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, self.tmp = open_temp(self.path)
-        except OSError as exc:
-            raise storage_error(self.path, exc) from exc
-        self.handle = os.fdopen(fd, "w", encoding="utf-8", newline="")
-        return self.handle
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            if exc_type is None:
-                self.handle.flush()
-                os.fsync(self.handle.fileno())
-            self.handle.close()
-            if exc_type is None:
-                os.replace(self.tmp, self.path)
-        except OSError as error:
-            raise storage_error(self.path, error) from error
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
-        if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
-            raise storage_error(self.path, exc) from exc

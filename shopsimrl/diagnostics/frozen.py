@@ -16,12 +16,11 @@ Only numeric values are kept: no config, credentials, console output, media or t
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.storage import SPACE_ERRNOS, open_temp, storage_error
+from shopsimrl.storage import atomic_open
 
 FROZEN_SCHEMA_VERSION = 1
 _OPEN = f'{{"schema_version": {FROZEN_SCHEMA_VERSION}, "history": ['
@@ -38,29 +37,15 @@ def write_frozen(
 
     `run(row_count)` gives the run record, called after the last row.
     """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = open_temp(path)
-    except OSError as exc:
-        raise storage_error(path, exc) from exc
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_OPEN)
-            for row in rows:
-                handle.write(",\n" if count else "\n")
-                handle.write(json.dumps(row, separators=(",", ":")))
-                count += 1
-            # Without rows the list closes on the opening line: no blank row line for the reader.
-            handle.write(("\n]" if count else "]") + ",\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
-            raise storage_error(path, exc) from exc
-        raise  # a read error of the source is the source's, not a failed write
+    with atomic_open(path) as handle:
+        handle.write(_OPEN)
+        for row in rows:
+            handle.write(",\n" if count else "\n")
+            handle.write(json.dumps(row, separators=(",", ":")))
+            count += 1
+        # Without rows the list closes on the opening line: no blank row line for the reader.
+        handle.write(("\n]" if count else "]") + ",\n" + '"run": ' + json.dumps(dict(run(count)), sort_keys=True) + "}\n")
     return count
 
 

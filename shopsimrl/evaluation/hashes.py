@@ -1,23 +1,12 @@
-"""Content hashes of what a planned episode depends on: model files, task sets, JSON documents."""
+"""Content hashes of what a planned episode depends on: task sets and JSON documents (files: `storage.file_sha256`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Any
 
 from shopsimrl.shop import Task
-
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def task_set_sha256(tasks: list[Task], catalog_seed: int, num_products: int) -> str:

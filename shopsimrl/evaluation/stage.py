@@ -22,7 +22,7 @@ from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted
 from shopsimrl.evaluation.config import EvalConfig
 from shopsimrl.evaluation.episode import PlannedEpisode
 from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
-from shopsimrl.evaluation.hashes import file_sha256, task_set_sha256
+from shopsimrl.evaluation.hashes import task_set_sha256
 from shopsimrl.evaluation.plan import KEY_FIELDS, plan_episodes
 from shopsimrl.evaluation.report import REPORT_FILE, build_report, comparability_problems, report_lines
 from shopsimrl.metrics import names
@@ -32,7 +32,7 @@ from shopsimrl.models.checkpoint import (
     checkpoint_sha256,
     latest_checkpoint,
 )
-from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage import atomic_write_json, file_sha256
 from shopsimrl.tracking import StageLogger, WandbSettings
 
 STAGE = "eval"
@@ -158,7 +158,7 @@ def _resolve_checkpoint(checkpoint: str) -> Path:
 
 
 def _load_inputs(config: EvalConfig) -> _Inputs:
-    from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
+    from shopsimrl.skills.skillbank import empty_skillbank, load_skillbank
     from shopsimrl.shop import load_split
 
     problems: list[str] = []

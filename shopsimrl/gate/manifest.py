@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.evaluation.hashes import file_sha256, json_sha256, task_set_sha256
+from shopsimrl.evaluation.hashes import json_sha256, task_set_sha256
 
-__all__ = ["ManifestMismatchError", "build_manifest", "check_resume", "file_sha256", "json_sha256", "task_set_sha256"]
+__all__ = ["ManifestMismatchError", "build_manifest", "check_resume", "json_sha256", "task_set_sha256"]
 
 MANIFEST_SCHEMA_VERSION = 1
 

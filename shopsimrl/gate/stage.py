@@ -43,7 +43,6 @@ from shopsimrl.gate.guards import gate_lock, refuse_conflicting_finals
 from shopsimrl.gate.manifest import (
     build_manifest,
     check_resume,
-    file_sha256,
     json_sha256,
     task_set_sha256,
 )
@@ -65,9 +64,9 @@ from shopsimrl.gate.plan import GatePlan, plan_gate, power_budget
 from shopsimrl.gate.sequential import LookDecision, annotate, decide_look
 from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
-from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
-from shopsimrl.rollout.skillbank import Skillbank, load_skillbank
-from shopsimrl.storage import atomic_write_json
+from shopsimrl.skills.candidates import CandidatePool, apply_interventions
+from shopsimrl.skills.skillbank import Skillbank, load_skillbank
+from shopsimrl.storage import atomic_write_json, file_sha256
 from shopsimrl.tracking import StageLogger, WandbSettings
 
 STAGE = "gate"

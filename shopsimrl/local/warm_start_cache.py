@@ -58,7 +58,8 @@ def model_identity(config: RunConfig) -> dict[str, Any]:
         return {"checkpoint_sha256": verify_checkpoint(config.model.checkpoint).sha256}
     if config.model.name is ModelName.TINY:
         return {"tiny": True}  # built from model.seed (in the key) by the test-size model code
-    from shopsimrl.models.smollm2 import file_sha256, smollm2_gguf_path
+    from shopsimrl.models.smollm2 import smollm2_gguf_path
+    from shopsimrl.storage import file_sha256
 
     return {"smollm2_gguf_sha256": file_sha256(smollm2_gguf_path())}
 

@@ -5,7 +5,7 @@
     model, tokenizer = load_checkpoint(info.path)
 
 A checkpoint is a directory that `AutoModelForCausalLM.from_pretrained` reads, plus `checkpoint.json`
-(files, sizes, the hash). It is written into a sibling `.partial` directory, fsynced, and renamed into
+(files, sizes, the hash). It is written into a hidden sibling staging directory, fsynced, and renamed into
 place, so a killed save never leaves a directory that looks finished. `latest_checkpointed_iteration.txt`
 beside the checkpoints (slime's file name) names the newest one; it is replaced atomically after the
 rename. The hash (`directory_sha256`) covers every file's relative path and bytes except
@@ -17,13 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.storage import atomic_write_json, atomic_write_text
-from shopsimrl.storage.atomic import _fsync_directory
+from shopsimrl.storage import atomic_directory, atomic_write_json, atomic_write_text
 
 CHECKPOINT_MANIFEST = "checkpoint.json"
 WARM_START_DIR = "warm-start"  # the warm-started policy before GRPO (rollout_id null), when saved
@@ -86,27 +84,15 @@ def save_checkpoint(
     final = Path(directory)
     if final.exists():
         raise CheckpointError(f"{final}: a checkpoint is already there; refusing to overwrite it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(f"{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)  # a leftover of this very process id, never finished
-    try:
+    with atomic_directory(final) as partial:  # fsynced and renamed into place only when whole
         model.save_pretrained(partial, safe_serialization=True)
         tokenizer.save_pretrained(partial)
         files = {p.relative_to(partial).as_posix(): p.stat().st_size for p in _payload_files(partial)}
-        for name in files:
-            with open(partial / name, "rb") as handle:
-                os.fsync(handle.fileno())
         sha = directory_sha256(partial)
         atomic_write_json(
             partial / CHECKPOINT_MANIFEST,
             {"schema_version": CHECKPOINT_SCHEMA_VERSION, "sha256": sha, "rollout_id": rollout_id, "files": files},
         )
-        _fsync_directory(partial)
-        os.rename(partial, final)
-        _fsync_directory(final.parent)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     atomic_write_text(final.parent / LATEST_FILE, f"{final.name}\n")
     return CheckpointInfo(path=final, sha256=sha, rollout_id=rollout_id, files=files)
 

@@ -12,18 +12,15 @@ loads read safetensors from there (well under a second).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from shopsimrl.models.files import hf_model_problems
-from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage import atomic_directory, atomic_write_json, file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +61,6 @@ def smollm2_gguf_path() -> Path:
     if not path.is_file():
         raise ModelUnavailableError(f"{path} is missing from the installed package: {_INSTALL_HINT}")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_smollm2(cache_root: Path | None = DEFAULT_CACHE_ROOT, *, refresh: bool = False) -> LoadedModel:
@@ -150,9 +139,7 @@ def _write_cache(model: object, tokenizer: object, cache_dir: Path, sha: str) ->
     """Write into a temp directory beside the target, then rename: a killed run leaves no half entry."""
     import transformers
 
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.tmp-", dir=cache_dir.parent))
-    try:
+    with atomic_directory(cache_dir, replace=True) as staging:
         model.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
         atomic_write_json(
@@ -164,9 +151,3 @@ def _write_cache(model: object, tokenizer: object, cache_dir: Path, sha: str) ->
                 "transformers_version": transformers.__version__,
             },
         )
-        if cache_dir.exists():
-            shutil.rmtree(cache_dir)
-        staging.rename(cache_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

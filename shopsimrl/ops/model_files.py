@@ -17,13 +17,13 @@ Each function returns a list of one-line problems; empty means fine.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from shopsimrl.models.files import hf_model_problems, tokenizer_problems
+from shopsimrl.storage import file_sha256
 
 __all__ = [
     "ARCHITECTURE_KEYS",
@@ -32,7 +32,6 @@ __all__ = [
     "architecture_problems",
     "conversion_manifest",
     "converted_checkpoint_problems",
-    "file_sha256",
     "flag_values",
     "hf_model_problems",
     "text_config",
@@ -54,10 +53,6 @@ ARCHITECTURE_KEYS: tuple[tuple[str, str], ...] = (
     ("--norm-epsilon", "rms_norm_eps"),
     ("--rotary-base", "rope_theta"),
 )
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def text_config(hf_config: dict[str, Any]) -> dict[str, Any]:

@@ -10,13 +10,12 @@ re-run of the same round writes the same content (the seeds are a function of th
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from shopsimrl.round.config import RoundConfig, previous_group
-from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage import atomic_write_json, file_sha256
 from shopsimrl.tracking import WandbSettings
 
 MANIFEST_FILE = "round_manifest.json"
@@ -26,10 +25,6 @@ MANIFEST_SCHEMA_VERSION = 1
 def tracking_record(settings: WandbSettings) -> dict[str, Any]:
     return {"enabled": settings.enabled, "mode": settings.mode.value, "project": settings.project,
             "entity": settings.entity, "dir": str(settings.dir)}  # fmt: skip
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def warm_starts(config: RoundConfig) -> bool:

@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.round.config import RoundConfig, next_group, round_config_from_mapping
-from shopsimrl.round.manifest import file_sha256, tracking_record, warm_starts
+from shopsimrl.round.manifest import tracking_record, warm_starts
 from shopsimrl.round.state import RoundState
-from shopsimrl.storage import atomic_write_json, atomic_write_text
+from shopsimrl.storage import atomic_write_json, atomic_write_text, file_sha256
 from shopsimrl.tracking import WandbSettings
 
 NEXT_ROUND_JSON = "next_round.json"

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from shopsimrl.storage.faults import storage_error
+from shopsimrl.storage.faults import SPACE_ERRNOS, storage_error
 
 # fsyncs in flight at once: the filesystem commits concurrent fsyncs in one journal transaction.
 _FSYNC_THREADS = 16
@@ -64,8 +65,52 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         if isinstance(exc, OSError):
             raise storage_error(target, exc) from exc
         raise
-    _fsync_directory(target.parent)
+    fsync_directory(target.parent)
     return target
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+    """A file streamed under a hidden temp name and renamed over `path` only if the block succeeds.
+
+        with atomic_open(out_dir / "episodes.csv") as handle:   # text, UTF-8, newline=""
+            handle.write(...)
+
+    `mode` is "w" (text) or "wb". Creates parent directories. On a clean exit the data and the
+    directory are fsynced; on any exception (a signal included) the temp file is removed and the old
+    file, if any, stays whole. The machine refusing the write (disk full, read-only, permission)
+    raises `StorageError` naming `path`; any other exception of the block (a read error of the
+    source, say) propagates unchanged, because it is not a failed write.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = open_temp(target)
+    except OSError as exc:
+        raise storage_error(target, exc) from exc
+    text = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}
+    handle = os.fdopen(fd, mode, **text)
+    try:
+        try:
+            yield handle
+        except BaseException as exc:
+            if isinstance(exc, OSError) and exc.errno in SPACE_ERRNOS:
+                raise storage_error(target, exc) from exc
+            raise
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            os.replace(tmp_name, target)
+        except OSError as exc:
+            raise storage_error(target, exc) from exc
+    finally:
+        with suppress(OSError):  # the write is abandoned: flushing its buffer may fail again
+            handle.close()  # a no-op after a clean commit
+        Path(tmp_name).unlink(missing_ok=True)  # gone after the rename; removed after a failure
+    fsync_directory(target.parent)
 
 
 def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Path]:
@@ -102,7 +147,7 @@ def atomic_write_many(files: Mapping[str | os.PathLike[str], bytes]) -> list[Pat
             raise storage_error(where, exc) from exc
         raise
     for directory in sorted({target.parent for _, target in temps}):
-        _fsync_directory(directory)
+        fsync_directory(directory)
     return [target for _, target in temps]
 
 
@@ -129,8 +174,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | N
     return atomic_write_bytes(path, json_bytes(obj, indent=indent))
 
 
-def _fsync_directory(directory: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Make the renames and new entries in `directory` durable (a rename is not, until this)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shopsimrl.gate.manifest import file_sha256
-from shopsimrl.rollout.candidates import CandidatePool, Intervention, Operation
+from shopsimrl.skills.candidates import CandidatePool, Intervention, Operation
+from shopsimrl.storage import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 SKILLBANK_EXAMPLE = REPO / "configs" / "skillbank.example.json"

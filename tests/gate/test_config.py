@@ -9,10 +9,10 @@ import yaml
 
 from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import DesignConfig, load_gate_config
-from shopsimrl.gate.manifest import file_sha256
 from shopsimrl.ops import compose_schema
-from shopsimrl.rollout.candidates import CandidatePool, apply_interventions
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.candidates import CandidatePool, apply_interventions
+from shopsimrl.skills.skillbank import load_skillbank
+from shopsimrl.storage import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [
