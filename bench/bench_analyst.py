@@ -42,7 +42,6 @@ from shopsimrl.records import (
     append_triage,
     write_group_traces,
 )
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.shop import (
     ExpertPolicy,
     ShopEnv,
@@ -51,6 +50,7 @@ from shopsimrl.shop import (
     generate_catalog,
     load_split,
 )
+from shopsimrl.skills.skillbank import load_skillbank
 
 SKILLBANK = Path(__file__).resolve().parents[1] / "configs" / "skillbank.example.json"
 

@@ -31,7 +31,7 @@ from shopsimrl.analyst.config import CompilerSettings
 from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.firewall import Firewall, words
 from shopsimrl.analyst.ledger import LedgerHistory
-from shopsimrl.rollout.candidates import (
+from shopsimrl.skills.candidates import (
     CandidatePool,
     Intervention,
     LedgerEntry,
@@ -40,7 +40,7 @@ from shopsimrl.rollout.candidates import (
     proposal_id,
     text_sha256,
 )
-from shopsimrl.rollout.skillbank import CHUNK_ID_PATTERN, Skillbank
+from shopsimrl.skills.skillbank import CHUNK_ID_PATTERN, Skillbank
 
 _ORDER = {mode: rank for rank, mode in enumerate(FailureMode)}
 

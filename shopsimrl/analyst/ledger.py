@@ -1,6 +1,6 @@
 """The proposal ledger: `analysis/proposal_ledger.jsonl`, append-only history of every proposal.
 
-One `LedgerEntry` line (shopsimrl.rollout.candidates) per event: proposed, firewall_rejected,
+One `LedgerEntry` line (shopsimrl.skills.candidates) per event: proposed, firewall_rejected,
 trial_failed, duplicate_rejected, and later the gate's verdicts (in gate/proposal_ledger.jsonl).
 Never twice the same (event, proposal, evidence): a re-run of a finished analysis appends nothing.
 `LedgerHistory` reads this round's ledger and earlier rounds' (`ledger.history`) and refuses an
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent
+from shopsimrl.skills.candidates import LedgerEntry, LedgerEvent
 from shopsimrl.storage import append_jsonl, read_jsonl
 
 LEDGER_FILE = "proposal_ledger.jsonl"

@@ -45,7 +45,7 @@ from shopsimrl.analyst.trial import TrialRunner, lesson_sha256, load_trial_polic
 from shopsimrl.errors import StageIncomplete, TornRecordError
 from shopsimrl.metrics import names as m
 from shopsimrl.records import TRIAGE_FILE, TriageReason, TriageRecord, read_retry_results, read_triage
-from shopsimrl.rollout.skillbank import Skillbank, empty_skillbank, load_skillbank
+from shopsimrl.skills.skillbank import Skillbank, empty_skillbank, load_skillbank
 from shopsimrl.storage import atomic_write_json, json_bytes, read_jsonl
 from shopsimrl.storage.jsonl import iter_jsonl_lines
 from shopsimrl.tracking import StageLogger, WandbSettings

@@ -23,8 +23,8 @@ from shopsimrl.analyst.sidecar import refuse_held_out
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.rollout.generators.base import Generator
-from shopsimrl.rollout.skillbank import Skillbank
 from shopsimrl.shop import Catalog, get_task
+from shopsimrl.skills.skillbank import Skillbank
 
 
 class LeakyLessonError(ValueError):

@@ -24,7 +24,7 @@ from typing import Any
 from shopsimrl.evaluation.runner import EvaluationStatus
 from shopsimrl.gate.design import Design
 from shopsimrl.gate.estimate import Estimate, Status
-from shopsimrl.rollout.candidates import (
+from shopsimrl.skills.candidates import (
     CandidatePool,
     GatePool,
     LedgerEntry,
@@ -33,7 +33,7 @@ from shopsimrl.rollout.candidates import (
     proposal_id,
     text_sha256,
 )
-from shopsimrl.rollout.skillbank import Skillbank
+from shopsimrl.skills.skillbank import Skillbank
 from shopsimrl.storage import atomic_write_json, atomic_write_text
 from shopsimrl.storage.jsonl import dumps_record
 

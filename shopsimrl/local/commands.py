@@ -143,7 +143,7 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
     """
     from shopsimrl.local.run import RunResult
     from shopsimrl.ops.smoke import Status, evaluate_smoke, write_smoke_report
-    from shopsimrl.rollout.skillbank import load_skillbank
+    from shopsimrl.skills.skillbank import load_skillbank
 
     base = _load(config_path, sets)
     if base.run.mode.value != "smoke":

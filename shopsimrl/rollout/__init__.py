@@ -1,4 +1,6 @@
-"""Rollout: agent loop, generators, curriculum, skillbank, data source, filters, advantages.
+"""Rollout: agent loop, generators, curriculum, data source, filters, advantages.
+
+The skillbank the prompts draw from lives one layer down, in `shopsimrl.skills`.
 
 Names are imported lazily (PEP 562) so that importing one submodule — e.g. the slime hooks in the
 RolloutManager — does not import every other one (torch for the local generator, the metrics).
@@ -32,10 +34,6 @@ _EXPORTS: dict[str, str] = {
     "Curriculum": "shopsimrl.rollout.curriculum",
     "advance_rollout_step": "shopsimrl.rollout.curriculum",
     "rollout_step": "shopsimrl.rollout.curriculum",
-    "Skillbank": "shopsimrl.rollout.skillbank",
-    "SkillChunk": "shopsimrl.rollout.skillbank",
-    "load_skillbank": "shopsimrl.rollout.skillbank",
-    "validate_skillbank": "shopsimrl.rollout.skillbank",
     # data
     "TaskGroupSource": "shopsimrl.rollout.datasource",
     "export_prompt_data": "shopsimrl.rollout.datasource",

@@ -30,9 +30,9 @@ from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import FinishReason, GenerationAborted, Generator
 from shopsimrl.rollout.generators.sglang import SGLangGenerator
 from shopsimrl.rollout.prompting import IM_END, TOOL_ROLE, ChatRenderer, initial_messages
-from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
 from shopsimrl.rollout.trajectory import Segment, StopReason, Trajectory, TrajectoryStatus
 from shopsimrl.shop import Catalog, ShopEnv, Task, ToolCallFormat
+from shopsimrl.skills.skillbank import empty_skillbank, load_skillbank
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.contract import Arm
 from shopsimrl.errors import ConfigError
 from shopsimrl.models.slime_saves import latest_iteration
-from shopsimrl.rollout.skillbank import Skillbank
+from shopsimrl.skills.skillbank import Skillbank
 
 # Attribute of slime's `args` holding the rollout step being generated (see `rollout_step`).
 ROLLOUT_STEP_ATTR = "shopsim_rollout_step"

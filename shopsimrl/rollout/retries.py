@@ -43,9 +43,9 @@ from shopsimrl.records import (
 from shopsimrl.rollout.agent import AgentRuntime, run_trajectory
 from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.generators.base import Generator
-from shopsimrl.rollout.skillbank import empty_skillbank, load_skillbank
 from shopsimrl.rollout.trajectory import Trajectory
 from shopsimrl.shop import Catalog, get_task
+from shopsimrl.skills.skillbank import empty_skillbank, load_skillbank
 
 logger = logging.getLogger(__name__)
 

@@ -300,8 +300,8 @@ def input_problems(shopsim: ShopSimOptions, gate: GateConfig) -> list[str]:
     """What the later stages would refuse, found from inputs that exist before training: the skillbank
     the gate edits, and the gate's design against the validation split of the round's catalog (a
     design the split cannot hold used to surface only after training and the Analyst's trials)."""
-    from shopsimrl.rollout.skillbank import load_skillbank
     from shopsimrl.shop import load_split
+    from shopsimrl.skills.skillbank import load_skillbank
 
     problems: list[str] = []
     try:

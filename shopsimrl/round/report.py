@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.metrics import names as m
-from shopsimrl.rollout.skillbank import Skillbank, load_skillbank
 from shopsimrl.round.config import RoundConfig, previous_group
 from shopsimrl.round.manifest import read_round_manifest
 from shopsimrl.round.next_round import NextRound
 from shopsimrl.round.state import STAGES, RoundState
+from shopsimrl.skills.skillbank import Skillbank, load_skillbank
 from shopsimrl.storage import atomic_write_bytes, atomic_write_text, read_jsonl
 from shopsimrl.tracking import WandbSettings
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.metrics import names as m
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.round.config import RoundConfig
 from shopsimrl.round.manifest import read_round_manifest
 from shopsimrl.round.report import gate_lines, skillbank_diff, training_curve
 from shopsimrl.round.state import utc_now
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.storage import atomic_write_bytes, atomic_write_text
 from shopsimrl.tracking import WandbSettings
 

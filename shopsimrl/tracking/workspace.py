@@ -271,7 +271,7 @@ def publish_workspace(
     else:
         if settings.group is None:
             raise ValueError("no W&B group: pass --group or set WANDB_GROUP")
-        from shopsimrl.rollout.skillbank import load_skillbank  # the rollout stack only when asked
+        from shopsimrl.skills.skillbank import load_skillbank  # the rollout stack only when asked
 
         chunk_ids = load_skillbank(skillbank).active_ids if skillbank is not None else []
         sections = panel_sections(chunk_ids)

@@ -13,8 +13,8 @@ from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.firewall import Firewall, value_digest
 from shopsimrl.analyst.ledger import LedgerHistory, append_entries, ledger_path, read_ledger
 from shopsimrl.analyst.lessons import RULE_LESSONS
-from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent, Operation, apply_interventions
-from shopsimrl.rollout.skillbank import load_skillbank, validate_skillbank
+from shopsimrl.skills.candidates import LedgerEntry, LedgerEvent, Operation, apply_interventions
+from shopsimrl.skills.skillbank import load_skillbank, validate_skillbank
 
 M = FailureMode
 NOW = "2026-01-01T00:00:00+00:00"

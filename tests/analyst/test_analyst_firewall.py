@@ -15,9 +15,9 @@ from shopsimrl.analyst.lessons import RULE_LESSONS
 from shopsimrl.analyst.trial import LeakyLessonError, TrialRunner
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.records import GroupTrace, OutcomeRecord, SegmentTrace, TrajectoryTrace, TriageRecord
-from shopsimrl.rollout.candidates import Intervention, LedgerEvent
-from shopsimrl.rollout.skillbank import empty_skillbank
 from shopsimrl.shop import load_split
+from shopsimrl.skills.candidates import Intervention, LedgerEvent
+from shopsimrl.skills.skillbank import empty_skillbank
 
 CAT = catalog()
 TASK = next(t for t in train_tasks(CAT) if len(t.gold.options) == 2)

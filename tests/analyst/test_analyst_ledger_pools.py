@@ -18,7 +18,7 @@ from shopsimrl.analyst.ledger import LedgerHistory, append_entries, ledger_path
 from shopsimrl.gate.design import build_design
 from shopsimrl.gate.estimate import PairObservation, Status, estimate_effects
 from shopsimrl.gate.outputs import contributions_document, write_ledger
-from shopsimrl.rollout.candidates import CandidatePool, LedgerEvent
+from shopsimrl.skills.candidates import CandidatePool, LedgerEvent
 
 ROUND = "round-000"  # every compile in the same round with the same cards: no new evidence anywhere
 A = [card(1, M.OVER_BUDGET), card(2, M.OVER_BUDGET)]

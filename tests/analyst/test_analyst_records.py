@@ -23,7 +23,7 @@ from shopsimrl.analyst.lessons import RULE_LESSONS, LessonResult
 from shopsimrl.analyst.stage import run_analysis
 from shopsimrl.errors import StageIncomplete
 from shopsimrl.models import tiny_tokenizer
-from shopsimrl.rollout.candidates import LedgerEvent
+from shopsimrl.skills.candidates import LedgerEvent
 from shopsimrl.tracking import WandbSettings
 
 

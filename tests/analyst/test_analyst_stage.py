@@ -35,8 +35,8 @@ from shopsimrl.local.config import run_config_from_mapping
 from shopsimrl.local.run import run_training
 from shopsimrl.metrics import names as m
 from shopsimrl.models import tiny_tokenizer
-from shopsimrl.rollout.candidates import CandidatePool, LedgerEvent, apply_interventions
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.candidates import CandidatePool, LedgerEvent, apply_interventions
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.tracking import WandbSettings
 from shopsimrl.tracking.offline_reader import find_run_files, read_offline_run
 from shopsimrl.tracking.settings import WandbMode

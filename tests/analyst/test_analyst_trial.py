@@ -14,7 +14,7 @@ from shopsimrl.config.options import validate_options
 from shopsimrl.errors import ModelServiceError
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.skillbank import load_skillbank
 
 CAT = catalog()
 LESSON = "Compare the price with the limit before adding a product to the cart."

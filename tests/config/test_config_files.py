@@ -14,7 +14,7 @@ from shopsimrl.errors import ConfigError
 from shopsimrl.local.commands import train
 from shopsimrl.local.config import load_run_config
 from shopsimrl.rollout.commands import tasks
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.skillbank import load_skillbank
 
 REPO = Path(__file__).resolve().parents[2]
 READERS = [load_run_config, load_options_file, load_skillbank]

@@ -22,9 +22,9 @@ from shopsimrl.config.files import parse_json, read_config_text
 from shopsimrl.evaluation.config import load_eval_config
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.local.config import load_run_config
-from shopsimrl.rollout.candidates import CandidatePool
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.round.config import load_round_config
+from shopsimrl.skills.candidates import CandidatePool
+from shopsimrl.skills.skillbank import load_skillbank
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from shopsimrl.gate.outputs import (
     write_ledger,
     write_selected_skillbank,
 )
-from shopsimrl.rollout.candidates import LedgerEntry
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.candidates import LedgerEntry
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.storage import read_jsonl
 
 STATUSES = {"int-add-compare": Status.SELECTED, "int-revise-search": Status.REJECTED,

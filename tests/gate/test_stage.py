@@ -16,8 +16,8 @@ from shopsimrl.gate.design import Design
 from shopsimrl.gate.manifest import ManifestMismatchError
 from shopsimrl.gate.outputs import ARTIFACT_FILES, TABLE_COLUMNS
 from shopsimrl.gate.stage import run_gate
-from shopsimrl.rollout.candidates import LedgerEntry, LedgerEvent, Operation
-from shopsimrl.rollout.skillbank import load_skillbank
+from shopsimrl.skills.candidates import LedgerEntry, LedgerEvent, Operation
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.storage import read_jsonl
 from shopsimrl.tracking import WandbSettings
 from shopsimrl.tracking.offline_reader import read_offline_run

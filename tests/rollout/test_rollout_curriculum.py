@@ -12,7 +12,7 @@ from shopsimrl.config import ShopSimOptions
 from shopsimrl.contract import Arm
 from shopsimrl.errors import ConfigError
 from shopsimrl.rollout.curriculum import Curriculum, advance_rollout_step, rollout_step, uniform
-from shopsimrl.rollout.skillbank import validate_skillbank
+from shopsimrl.skills.skillbank import validate_skillbank
 
 
 def _bank(*ids: str, inactive: tuple[str, ...] = ()):

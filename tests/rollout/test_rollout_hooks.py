@@ -19,8 +19,8 @@ from shopsimrl.contract import DynamicFilterOutput, Sample, get_meta
 from shopsimrl.models import tiny_tokenizer
 from shopsimrl.rollout.curriculum import Curriculum
 from shopsimrl.rollout.datasource import TaskGroupSource, group_key
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.shop import generate_catalog, load_split
+from shopsimrl.skills.skillbank import load_skillbank
 
 REPO = Path(__file__).resolve().parents[2]
 SKILLBANK = REPO / "configs" / "skillbank.example.json"

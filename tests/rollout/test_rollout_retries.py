@@ -21,8 +21,8 @@ from shopsimrl.rollout.retries import (
     sampling_params_from_args,
     schedule_pending,
 )
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.shop import generate_catalog, load_split
+from shopsimrl.skills.skillbank import load_skillbank
 
 SKILLBANK = Path(__file__).resolve().parents[2] / "configs" / "skillbank.example.json"
 CATALOG = {"seed": 0, "num_products": 500}

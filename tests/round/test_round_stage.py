@@ -19,8 +19,8 @@ from round_helpers import ROOT, SKILLBANK, tiny_round, write_round
 
 from shopsimrl.errors import ConfigError
 from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
-from shopsimrl.rollout.skillbank import load_skillbank
 from shopsimrl.round import RoundError, load_round_config, round_config_from_mapping, run_round
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.tracking import WandbSettings
 from shopsimrl.tracking.offline_reader import find_run_files, read_offline_run
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shopsimrl.rollout.skillbank import CHUNK_ID_PATTERN, Skillbank, SkillChunk, validate_skillbank
+from shopsimrl.skills.skillbank import CHUNK_ID_PATTERN, Skillbank, SkillChunk, validate_skillbank
 
 CANDIDATE_POOL_SCHEMA_VERSION = 1
 LEDGER_SCHEMA_VERSION = 2  # 2: gate verdicts carry the pool they were measured in (`GatePool`)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from shopsimrl.rollout.candidates import (
+from shopsimrl.skills.candidates import (
     CandidatePool,
     Intervention,
     Operation,
     apply_interventions,
     proposal_id,
 )
-from shopsimrl.rollout.skillbank import load_skillbank, validate_skillbank
+from shopsimrl.skills.skillbank import load_skillbank, validate_skillbank
 
 EXAMPLE = "configs/skillbank.example.json"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.rollout.skillbank import load_skillbank, validate_skillbank
+from shopsimrl.skills.skillbank import load_skillbank, validate_skillbank
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "skillbank.example.json"
 
