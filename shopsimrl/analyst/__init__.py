@@ -12,13 +12,13 @@ torch is imported only by a trial on a local model, openai only by the llm lesso
 from shopsimrl.analyst.cards import CardStatus, FailureCard, Lesson, TrialRecord, build_card, read_cards
 from shopsimrl.analyst.compiler import compile_candidates
 from shopsimrl.analyst.config import AnalysisConfig, load_analysis_config
-from shopsimrl.analyst.failure_modes import FailureMode, classify_trajectory
 from shopsimrl.analyst.firewall import Firewall, Verdict
 from shopsimrl.analyst.ledger import LedgerHistory, read_ledger
 from shopsimrl.analyst.lessons import LlmBackend, RulesBackend, make_backend
 from shopsimrl.analyst.sidecar import CardsLockedError, Sidecar, ValidationTaskRefused, cards_lock
 from shopsimrl.analyst.stage import AnalysisError, AnalysisResult, run_analysis
 from shopsimrl.analyst.trial import TrialRunner
+from shopsimrl.shop.failure_modes import FailureMode, classify_trajectory
 
 __all__ = [
     "AnalysisConfig",

@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shopsimrl.analyst.evidence import EvidenceTurn, evidence_turns
-from shopsimrl.analyst.failure_modes import FailureMode, classify_trajectory, group_mode
 from shopsimrl.records import GroupTrace, RetryResult, TriageRecord
+from shopsimrl.shop.failure_modes import FailureMode, classify_trajectory, group_mode
 from shopsimrl.storage import append_jsonl, atomic_write_bytes, read_jsonl
 from shopsimrl.storage.jsonl import dumps_record
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from shopsimrl.analyst.cards import CardStatus, FailureCard
 from shopsimrl.analyst.config import CompilerSettings
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.firewall import Firewall, words
 from shopsimrl.analyst.ledger import LedgerHistory
+from shopsimrl.shop.failure_modes import FailureMode
 from shopsimrl.skills.candidates import (
     CandidatePool,
     Intervention,

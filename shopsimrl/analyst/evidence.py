@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from shopsimrl.analyst.failure_modes import observation_error
+from shopsimrl.shop.failure_modes import observation_error
 
 PRODUCT_ID = re.compile(r"\bP\d{6}\b")
 EXCERPT_CHARS = 240

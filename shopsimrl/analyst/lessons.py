@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from shopsimrl.analyst.cards import FailureCard, Lesson
 from shopsimrl.analyst.config import LessonBackendName, LessonSettings, LlmSettings
 from shopsimrl.analyst.evidence import PRODUCT_ID
-from shopsimrl.analyst.failure_modes import FailureMode
+from shopsimrl.shop.failure_modes import FailureMode
 
 MAX_LESSON_CHARS = 600
 

@@ -1,7 +1,7 @@
 """How an episode ended and, if it failed, why — from the trace's outcome and gold-audit fields.
 
 The ending (how the episode stopped) is the behaviour analysis' own view; why a scorable episode
-failed is the Failure Analyst's classifier (shopsimrl/analyst/failure_modes.py), so the cards and
+failed is the shop's failure-mode classifier (shopsimrl/shop/failure_modes.py), so the cards and
 the behaviour tables name the same modes. The gold audit is privileged: only the mode names leave
 this module, never the gold values.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from shopsimrl.analyst.failure_modes import FailureMode, classify_trajectory
+from shopsimrl.shop.failure_modes import FailureMode, classify_trajectory
 
 
 class Ending(StrEnum):
@@ -58,7 +58,7 @@ def classify_failure(
     ending: Ending, success: bool | None, gold_audit: Any, messages: Sequence[Mapping[str, Any]] | None
 ) -> str:
     """`success`, `technical`, or why the policy failed by the Failure Analyst's own classifier
-    (shopsimrl/analyst/failure_modes.py: one classifier for the cards and for the behaviour analysis)."""
+    (shopsimrl/shop/failure_modes.py: one classifier for the cards and for the behaviour analysis)."""
     if ending is Ending.TECHNICAL:
         return Outcome.TECHNICAL.value
     if success:

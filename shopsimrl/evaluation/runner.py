@@ -34,11 +34,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.analyst.failure_modes import classify_trajectory
 from shopsimrl.config import ShopSimOptions
 from shopsimrl.evaluation.episode import PlannedEpisode
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.shop import Catalog, Task
+from shopsimrl.shop.failure_modes import classify_trajectory
 from shopsimrl.storage import append_jsonl, read_jsonl, repair_torn_tail
 
 EVALUATION_SCHEMA_VERSION = 1

@@ -9,10 +9,10 @@ from test_analyst_firewall import CARD
 from shopsimrl.analyst.cards import CardStatus, FailureCard, Lesson
 from shopsimrl.analyst.compiler import cluster_lessons, compile_candidates, target_chunk
 from shopsimrl.analyst.config import CompilerSettings
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.firewall import Firewall, value_digest
 from shopsimrl.analyst.ledger import LedgerHistory, append_entries, ledger_path, read_ledger
 from shopsimrl.analyst.lessons import RULE_LESSONS
+from shopsimrl.shop.failure_modes import FailureMode
 from shopsimrl.skills.candidates import LedgerEntry, LedgerEvent, Operation, apply_interventions
 from shopsimrl.skills.skillbank import load_skillbank, validate_skillbank
 

@@ -6,7 +6,7 @@ import pytest
 from analyst_helpers import Scripts, catalog, play, train_tasks
 
 from shopsimrl.analyst.evidence import evidence_turns
-from shopsimrl.analyst.failure_modes import FailureMode, classify_trajectory, group_mode
+from shopsimrl.shop.failure_modes import FailureMode, classify_trajectory, group_mode
 
 CAT = catalog()
 TASK = next(t for t in train_tasks(CAT) if t.gold.options)

@@ -9,13 +9,13 @@ from analyst_helpers import Scripts, catalog, play, train_tasks
 from shopsimrl.analyst.cards import CardStatus, Lesson, build_card
 from shopsimrl.analyst.compiler import screen_lessons
 from shopsimrl.analyst.config import CompilerSettings, TrialSettings
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.firewall import Firewall, GoldFacts, pool_problems, value_digest
 from shopsimrl.analyst.lessons import RULE_LESSONS
 from shopsimrl.analyst.trial import LeakyLessonError, TrialRunner
 from shopsimrl.config.options import ShopSimOptions
 from shopsimrl.records import GroupTrace, OutcomeRecord, SegmentTrace, TrajectoryTrace, TriageRecord
 from shopsimrl.shop import load_split
+from shopsimrl.shop.failure_modes import FailureMode
 from shopsimrl.skills.candidates import Intervention, LedgerEvent
 from shopsimrl.skills.skillbank import empty_skillbank
 

@@ -14,8 +14,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from test_analyst_compiler_ledger import card
 
 from shopsimrl.analyst.config import LlmSettings
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.lessons import RULE_LESSONS, LlmBackend, RulesBackend, lesson_prompt, parse_lesson
+from shopsimrl.shop.failure_modes import FailureMode
 
 GOOD = "Compare the price with the limit before adding a product to the cart."
 

@@ -17,7 +17,6 @@ from analyst_helpers import ROOT, Scripts, catalog, play, read_lines, train_task
 
 from shopsimrl import slime_metrics
 from shopsimrl.analyst.cards import CardStatus, read_cards
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.sidecar import (
     CardsLockedError,
     Sidecar,
@@ -29,6 +28,7 @@ from shopsimrl.metrics.groups import flatten_group
 from shopsimrl.metrics.synthetic import Traj, make_group
 from shopsimrl.records import RetryResult, append_retry_result, read_triage
 from shopsimrl.records.schemas import OutcomeRecord
+from shopsimrl.shop.failure_modes import FailureMode
 from shopsimrl.storage import append_jsonl
 
 CAT = catalog()

@@ -7,13 +7,13 @@ from analyst_helpers import SKILLBANK, ExpertPolicyGenerator, catalog, train_tas
 from test_analyst_compiler_ledger import card
 
 from shopsimrl.analyst.config import TrialSettings
-from shopsimrl.analyst.failure_modes import FailureMode
 from shopsimrl.analyst.sidecar import ValidationTaskRefused
 from shopsimrl.analyst.trial import TrialRunner, lesson_sha256
 from shopsimrl.config.options import validate_options
 from shopsimrl.errors import ModelServiceError
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
+from shopsimrl.shop.failure_modes import FailureMode
 from shopsimrl.skills.skillbank import load_skillbank
 
 CAT = catalog()

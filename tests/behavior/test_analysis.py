@@ -235,7 +235,7 @@ def test_several_rounds_side_by_side_and_bad_input(tmp_path: Path) -> None:
 def test_the_behaviour_analysis_and_the_analyst_share_one_classifier(
     purchased: list[dict[str, Any]], expected: FailureMode
 ) -> None:
-    from shopsimrl.analyst.failure_modes import classify_trajectory
+    from shopsimrl.shop.failure_modes import classify_trajectory
 
     audit = _audit("checkout", purchased)
     messages = [*HEAD, _call("checkout"), _ok()]

@@ -11,6 +11,10 @@ One mode per trajectory, by this precedence (the first that applies):
                   option_not_selected, wrong_option
 
 A group's mode is its siblings' most frequent mode, ties broken by the order of `FailureMode`.
+
+It lives with the shop because it reads only the shop's own vocabulary (the reward's gold audit and
+the observation failure kinds), and three stages share it: the Analyst's cards, the evaluation
+runner and the behaviour analysis.
 """
 
 from __future__ import annotations
