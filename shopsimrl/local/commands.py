@@ -142,7 +142,7 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
     Example: shopsimrl training smoke --config configs/local/smoke.yaml
     """
     from shopsimrl.local.run import RunResult
-    from shopsimrl.ops.smoke import Status, evaluate_smoke, write_smoke_report
+    from shopsimrl.local.smoke import Status, evaluate_smoke, write_smoke_report
     from shopsimrl.skills.skillbank import load_skillbank
 
     base = _load(config_path, sets)

@@ -20,10 +20,10 @@ from typing import Any
 from shopsimrl.errors import StartupError
 from shopsimrl.local.config import RunConfig
 from shopsimrl.models.checkpoint import CheckpointError, verify_checkpoint
-from shopsimrl.ops.failure_record import FAILURES_DIR
 from shopsimrl.shop import Catalog, ExpertPolicy, ShopEnv, Task
 from shopsimrl.storage import writable_dir_problem
 from shopsimrl.tracking import WandbSettings
+from shopsimrl.tracking.failure_record import FAILURES_DIR
 from shopsimrl.tracking.logger import wandb_dir_problems
 
 _SHOWN_ENTRIES = 3

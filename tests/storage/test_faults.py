@@ -12,8 +12,8 @@ try:
     from shopsimrl.errors import StorageError
 except ImportError:  # before the fix: make the tests run and fail on behaviour
     StorageError = OSError
-from shopsimrl.ops.failure_record import failure_recording
 from shopsimrl.storage import append_jsonl, atomic_write_json, atomic_write_many, read_jsonl
+from shopsimrl.tracking.failure_record import failure_recording
 
 
 def test_an_append_to_a_full_device_says_disk_full(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from shopsimrl.storage import atomic_write_json
-from shopsimrl.tracking import scrub_secrets
+from shopsimrl.tracking.secrets import scrub_secrets
 
 FAILURE_SCHEMA_VERSION = 1
 FAILURES_DIR = "failures"
