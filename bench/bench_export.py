@@ -23,13 +23,13 @@ from pathlib import Path
 _EXPORT = """
 import sys, time
 from pathlib import Path
-from shopsimrl.diagnostics import OfflineHistorySource, export_history
+from shopsimrl.tracking.export import OfflineHistorySource, export_history
 start = time.perf_counter()
 result = export_history(["bench"], OfflineHistorySource([sys.argv[1]]), Path(sys.argv[2]), plots=sys.argv[3] == "1")
 print(time.perf_counter() - start, result.manifest["row_counts"])
 """
 _BLOCK = 32768
-_BASELINE = "import shopsimrl.diagnostics, shopsimrl.tracking.offline_reader, wandb.proto.wandb_internal_pb2"
+_BASELINE = "import shopsimrl.tracking.export, shopsimrl.tracking.offline_reader, wandb.proto.wandb_internal_pb2"
 
 
 def _frame(payloads, path: Path) -> None:
@@ -66,7 +66,7 @@ def _write_history(root: Path, rows: int) -> Path:
     """
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from shopsimrl.diagnostics.synthetic import seed_shaped_events
+    from shopsimrl.tracking.export.synthetic import seed_shaped_events
 
     def records():
         run = pb.Record()

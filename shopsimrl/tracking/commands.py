@@ -170,8 +170,13 @@ def export_command(
 
     Example: shopsimrl wandb export --group qwen35-4b-round-000 --group qwen35-4b-round-001 --offline-dir wandb
     """
-    from shopsimrl.diagnostics import ExportError, OfflineHistorySource, OnlineHistorySource, export_history
     from shopsimrl.errors import StorageError
+    from shopsimrl.tracking.export import (
+        ExportError,
+        OfflineHistorySource,
+        OnlineHistorySource,
+        export_history,
+    )
     from shopsimrl.tracking.settings import WandbMode, WandbSettings
 
     try:

@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 from shopsimrl.behavior import Ending, FailureMode, Tally, analyze_runs, classify_failure, group_episodes
 from shopsimrl.cli import main
-from shopsimrl.diagnostics.report import render_report as render_export_report
 from shopsimrl.records import (
     GroupTrace,
     OutcomeRecord,
@@ -26,6 +25,7 @@ from shopsimrl.records import (
 from shopsimrl.shop import ToolCall, format_tool_call
 from shopsimrl.shop.observations import PolicyFailureKind, error_observation
 from shopsimrl.storage import append_jsonl
+from shopsimrl.tracking.export.report import render_report as render_export_report
 
 GOLD = {
     "category": "fitness", "product_type": "dumbbell set",

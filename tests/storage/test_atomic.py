@@ -93,8 +93,8 @@ def test_atomic_write_many_writes_all_or_leaves_the_old_files(tmp_path: Path) ->
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
 def test_atomic_files_honour_the_umask_like_open_does(tmp_path: Path, umask: int) -> None:
-    from shopsimrl.diagnostics.frozen import write_frozen
     from shopsimrl.storage import append_jsonl, atomic_write_many
+    from shopsimrl.tracking.export.frozen import write_frozen
 
     previous = os.umask(umask)
     try:

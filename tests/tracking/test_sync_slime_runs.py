@@ -9,7 +9,7 @@ from pathlib import Path
 
 from slime_offline_runs import ROLLOUTS, UPDATES_PER_ROLLOUT, write_slime_offline_runs
 
-from shopsimrl.diagnostics import OfflineHistorySource, export_history
+from shopsimrl.tracking.export import OfflineHistorySource, export_history
 from shopsimrl.tracking.offline_reader import read_offline_run
 
 BIN = Path(sys.executable).parent

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from shopsimrl.diagnostics.keys import GRAD_NORM, ROUND_MEANS
-from shopsimrl.diagnostics.tables import RolloutRow, UpdateRow
 from shopsimrl.tracking.axes import TRAIN_STEP
+from shopsimrl.tracking.export.keys import GRAD_NORM, ROUND_MEANS
+from shopsimrl.tracking.export.tables import RolloutRow, UpdateRow
 
 
 @dataclass

@@ -8,7 +8,9 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from shopsimrl.diagnostics import (
+from shopsimrl.tracking import StageLogger, WandbSettings
+from shopsimrl.tracking.commands import wandb_group
+from shopsimrl.tracking.export import (
     ExportError,
     OfflineHistorySource,
     export_history,
@@ -16,7 +18,7 @@ from shopsimrl.diagnostics import (
     keys,
     update_position,
 )
-from shopsimrl.diagnostics.synthetic import (
+from shopsimrl.tracking.export.synthetic import (
     SEED_ZERO_GRAD_ORDINALS,
     omitted_clip_fraction,
     omitted_truncated_ratio,
@@ -24,8 +26,6 @@ from shopsimrl.diagnostics.synthetic import (
     seed_shaped_events,
     update_values,
 )
-from shopsimrl.tracking import StageLogger, WandbSettings
-from shopsimrl.tracking.commands import wandb_group
 
 GROUPS = [f"qwen35-4b-round-{i:03d}" for i in range(4)]
 

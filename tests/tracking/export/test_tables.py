@@ -1,7 +1,7 @@
 import pytest
 
-from shopsimrl.diagnostics import ExportError
-from shopsimrl.diagnostics.tables import MERGE_WINDOW, SplitStats, split_rows
+from shopsimrl.tracking.export import ExportError
+from shopsimrl.tracking.export.tables import MERGE_WINDOW, SplitStats, split_rows
 
 
 def _split(rows, k=2):

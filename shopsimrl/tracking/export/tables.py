@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TextIO
 
-from shopsimrl.diagnostics.history_source import ExportError
 from shopsimrl.tracking.axes import ROLLOUT_STEP, SLIME_STEP_AXES, TRAIN_STEP, WANDB_STEP, axis_for
+from shopsimrl.tracking.export.history_source import ExportError
 
 ROLLOUT_ID_COLUMNS = ("round", "group", "run_id", "rollout_step", "wandb_steps")
 UPDATE_ID_COLUMNS = ("round", "group", "run_id", "wandb_step", "train_step", "update_ordinal", "rollout_step")

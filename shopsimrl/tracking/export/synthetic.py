@@ -1,10 +1,10 @@
-"""A deterministic history with the second seed's shape, for tests and the export benchmark.
+"""A deterministic history shaped like a four-round slime run's, for tests and the export benchmark.
 
-Per rollout batch `r` slime logs five events (so 20 batches make the seed's 100 events per run):
+Per rollout batch `r` slime logs five events (so 20 batches make 100 events per run):
 the rollout manager's batch metrics, two optimizer updates (`train/step` = 2r and 2r + 1), the
 trainer's own rollout data and the training perf metrics. Four rounds of 20 batches give
-`rollout/step` 1-80 and `train/step` 2-161, as in the seed. Some values are left out on purpose
-(`omitted`), and the seed's eight zero-gradient updates are reproduced.
+`rollout/step` 1-80 and `train/step` 2-161, as in a real four-round run. Some values are left out on purpose
+(`omitted`), and eight zero-gradient updates are reproduced.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from shopsimrl.diagnostics import keys
+from shopsimrl.tracking.export import keys
 
 SEED_ZERO_GRAD_ORDINALS = (66, 70, 82, 116, 140, 142, 156, 160)
 

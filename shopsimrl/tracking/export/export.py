@@ -1,4 +1,4 @@
-"""History export of the second seed: frozen numeric histories, CSVs, summary, manifest, plots, report.
+"""History export of slime or local runs: frozen numeric histories, CSVs, summary, manifest, plots, report.
 
     result = export_history(["qwen35-4b-round-000", "qwen35-4b-round-001"],
                             OfflineHistorySource(["wandb"]), Path("artifacts/analysis/wandb"))
@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl import __version__
-from shopsimrl.diagnostics.frozen import iter_frozen, numeric_only, write_frozen
-from shopsimrl.diagnostics.history_source import ExportError, HistorySource, RunRef
-from shopsimrl.diagnostics.plots import CurveCollector
-from shopsimrl.diagnostics.report import render_report
-from shopsimrl.diagnostics.summary import RoundSummary, zero_gradient
-from shopsimrl.diagnostics.tables import (
+from shopsimrl.storage import atomic_open, atomic_write_json, atomic_write_text
+from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
+from shopsimrl.tracking.export.frozen import iter_frozen, numeric_only, write_frozen
+from shopsimrl.tracking.export.history_source import ExportError, HistorySource, RunRef
+from shopsimrl.tracking.export.plots import CurveCollector
+from shopsimrl.tracking.export.report import render_report
+from shopsimrl.tracking.export.summary import RoundSummary, zero_gradient
+from shopsimrl.tracking.export.tables import (
     ROLLOUT_ID_COLUMNS,
     UPDATE_ID_COLUMNS,
     CsvTable,
@@ -44,8 +46,6 @@ from shopsimrl.diagnostics.tables import (
     split_rows,
     update_position,
 )
-from shopsimrl.storage import atomic_open, atomic_write_json, atomic_write_text
-from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 
 SCHEMA_VERSION = 1
 ROLLOUT_CSV = "rollout_steps.csv"

@@ -29,7 +29,7 @@ class SummaryMetric:
     axis: str  # which export table holds it
 
 
-# Per-round means in summary.json and the report, in the seed's order.
+# Per-round means in summary.json and the report, in the report's column order.
 ROUND_MEANS: tuple[SummaryMetric, ...] = (
     SummaryMetric(ENTROPY, "Entropy", TRAIN_STEP),
     SummaryMetric(CLIP_FRACTION, "Clip fraction", TRAIN_STEP),

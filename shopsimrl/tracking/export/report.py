@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shopsimrl.diagnostics.keys import ROUND_MEANS
+from shopsimrl.tracking.export.keys import ROUND_MEANS
 
 
 def _num(value: float | None, digits: int = 5) -> str:

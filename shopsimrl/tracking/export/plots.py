@@ -11,10 +11,10 @@ import io
 from array import array
 from pathlib import Path
 
-from shopsimrl.diagnostics.keys import PLOTTED, SummaryMetric
-from shopsimrl.diagnostics.tables import RolloutRow, UpdateRow
 from shopsimrl.storage import atomic_write_bytes
 from shopsimrl.tracking.axes import TRAIN_STEP
+from shopsimrl.tracking.export.keys import PLOTTED, SummaryMetric
+from shopsimrl.tracking.export.tables import RolloutRow, UpdateRow
 
 _NAN = float("nan")
 
