@@ -50,7 +50,7 @@ def build_items(traces: Path, tokenizer: Any, item_class: Any) -> list[Any]:
     from shopsimrl.shop.environment import ShopEnv
 
     renderer = ChatRenderer(tokenizer)
-    catalog = generate_catalog(seed=0, num_products=1000, level="budget")  # the demo's (configs/local/demo.yaml)
+    catalog = generate_catalog(seed=0, num_products=1000, level="budget")  # the demo's (configs/local/demo_round.yaml)
     tasks = {task.task_id: task for task in load_split(catalog, "train")}
     items = []
     for path in sorted(traces.glob("group-*.json")):

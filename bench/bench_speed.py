@@ -47,7 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shopsimrl.local.config import RunConfig, load_run_config  # noqa: E402
+from shopsimrl.local.config import RunConfig, load_round_train_config  # noqa: E402
 from shopsimrl.local.driver import LocalDriver, base_sampling_params, build_args, flatten_groups, train_items  # noqa: E402
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, micro_batches  # noqa: E402
 from shopsimrl.local.run import load_model  # noqa: E402
@@ -82,7 +82,7 @@ def cpu() -> dict[str, Any]:
 
 
 def setup(config_path: str, runs_root: str) -> dict[str, Any]:
-    config = load_run_config(config_path, overrides={"run.runs_root": runs_root})
+    config = load_round_train_config(config_path, overrides={"run.runs_root": runs_root})
     model, tokenizer, _ = load_model(config)
     catalog = config.shopsim.catalog.build()
     tasks = load_split(catalog, config.shopsim.split)
@@ -415,7 +415,7 @@ def _turns(segment: Any) -> list[list[int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/local/demo.yaml")
+    parser.add_argument("--config", default="configs/local/demo_round.yaml", help="a round config: its train: section")
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, from " + ", ".join(PARTS))
     parser.add_argument(
         "--weights", default=None, help="warm-started weights: loaded if present, else made and saved"

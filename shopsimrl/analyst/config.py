@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shopsimrl.config.base import StrictModel, load_config, schema_version_check, validate_config
-from shopsimrl.config.files import load_yaml_file
+from shopsimrl.config.base import StrictModel, load_config, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
 
@@ -156,15 +155,15 @@ def analysis_config_from_mapping(raw: Any, source: str) -> AnalysisConfig:
 def load_round_options(config: AnalysisConfig) -> ShopSimOptions:
     """The training round's ShopSim options (catalog, turns, tool-call format, skillbank).
 
-    Reads the `shopsim:` section of `shopsim_config` (a slime `--custom-config-path` YAML or a
-    local-backend config); its run_dir defaults to this config's train_dir.
+    Reads the `shopsim:` section of `shopsim_config`: a slime `--custom-config-path` YAML or a
+    local-backend config (top-level `shopsim:`), or a round config (`train.shopsim:`, the demo's
+    configs/local/demo_round.yaml); its run_dir defaults to this config's train_dir.
     """
     source = config.shopsim_config
-    try:
-        data = load_yaml_file(source)
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read file: {exc.strerror or exc}"]) from None
-    if not isinstance(data, dict) or not isinstance(data.get(OPTIONS_KEY), dict):
-        raise ConfigError(source, [f"missing top-level mapping {OPTIONS_KEY!r}"])
-    section = {"run_dir": str(config.train_dir), **data[OPTIONS_KEY]}
+    data = read_config(source)
+    train = data.get("train")
+    holder = train if OPTIONS_KEY not in data and isinstance(train, dict) else data
+    if not isinstance(holder.get(OPTIONS_KEY), dict):
+        raise ConfigError(source, [f"missing mapping {OPTIONS_KEY!r} (top level, or train.{OPTIONS_KEY} of a round)"])
+    section = {"run_dir": str(config.train_dir), **holder[OPTIONS_KEY]}
     return validate_options(section, source)

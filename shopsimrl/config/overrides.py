@@ -2,7 +2,7 @@
 
     overrides = parse_sets(("driver.num_rollout=1", "model.name=tiny"), example="model.name=tiny")
     for dotted, value in overrides.items():
-        set_dotted(raw, dotted, value, source="configs/local/demo.yaml")
+        set_dotted(raw, dotted, value, source="configs/local/smoke.yaml")
 
 Values are YAML (so `1` is an int and `[a, b]` a list), parsed with the same duplicate-key check as
 config files. A dotted key creates missing sections; a key that runs through a non-section is a

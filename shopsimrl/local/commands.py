@@ -13,15 +13,19 @@ import click
 from shopsimrl.config.overrides import parse_sets
 from shopsimrl.errors import ConfigError, StartupError, StorageError
 
-DEFAULT_DEMO_CONFIG = Path("configs/local/demo.yaml")
+DEFAULT_DEMO_CONFIG = Path("configs/local/demo_round.yaml")  # its `train:` section is the demo's training
 DEFAULT_SMOKE_CONFIG = Path("configs/local/smoke.yaml")
 
 
-def _load(config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None = None) -> Any:
-    from shopsimrl.local.config import load_run_config
+def _load(
+    config_path: Path, sets: tuple[str, ...], extra: dict[str, Any] | None = None, *, round_train: bool = False
+) -> Any:
+    """The run config at `config_path`; `round_train`: the `train:` section of the round config there."""
+    from shopsimrl.local.config import load_round_train_config, load_run_config
 
+    load = load_round_train_config if round_train else load_run_config
     try:
-        return load_run_config(config_path, {**(extra or {}), **parse_sets(sets, example="model.name=tiny")})
+        return load(config_path, {**(extra or {}), **parse_sets(sets, example="model.name=tiny")})
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except FileNotFoundError:
@@ -75,23 +79,30 @@ def train() -> None:
 
 @train.command("demo")
 @click.option(
-    "--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_DEMO_CONFIG, show_default=True
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DEMO_CONFIG,
+    show_default=True,
+    help="A round config; the demo runs its `train:` section (run.group etc. from its `round:`).",
 )
 @set_option
 def demo_command(config_path: Path, sets: tuple[str, ...]) -> None:
     """One round on the demo model: warm start, a few GRPO steps, W&B offline, then a summary.
 
-    W&B logs offline into ./wandb unless USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise, always
-    in the demo's own group (run.group of the config, local-demo-round-000). Each demo writes its own
-    run directory, runs/<run.group>-<UTC time>/train.
+    The training is the `train:` section of configs/local/demo_round.yaml (what `make demo` trains in
+    its round), with the round's own seeds and saves left out. W&B logs offline into ./wandb unless
+    USE_WANDB / WANDB_MODE / WANDB_DIR say otherwise, always in the demo's own group (round.group of
+    the config, local-demo-round-000). Each demo writes its own run directory,
+    runs/<round.group>-<UTC time>/train; `--set` takes run-config keys (driver.num_rollout=1).
 
     Example: shopsimrl training demo
     """
     from shopsimrl.local.summary import demo_summary
     from shopsimrl.tracking import WandbSettings
 
-    base = _load(config_path, sets)
-    config = _load(config_path, sets, {"run.group": demo_run_group(base.run.group)})
+    base = _load(config_path, sets, round_train=True)
+    config = _load(config_path, sets, {"run.group": demo_run_group(base.run.group)}, round_train=True)
     env = dict(os.environ)
     env.setdefault("USE_WANDB", "1")
     env.setdefault("WANDB_MODE", "offline")

@@ -9,6 +9,7 @@ shopsim:     the plugin options of the hooks (shopsimrl.config.ShopSimOptions), 
              `--custom-config-path` YAML of the slime backend; `run_dir` defaults to runs/<group>/train
 
 config = load_run_config("configs/local/smoke.yaml")
+demo = load_round_train_config("configs/local/demo_round.yaml")   # a round's `train:`, run alone
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pydantic import Field, model_validator
 
 from shopsimrl.config.base import StrictModel, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
+from shopsimrl.config.overrides import set_dotted
+from shopsimrl.errors import ConfigError
 
 CONFIG_SCHEMA_VERSION = 1
 
@@ -194,3 +197,27 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
 def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a local-backend YAML; `overrides` ({"run.group": "x"}) are applied first."""
     return run_config_from_mapping(read_config(path, overrides), str(path))
+
+
+def load_round_train_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:
+    """A round config's `train:` section as a run of its own (`shopsimrl training demo` on demo_round.yaml).
+
+    `run:` is the round's `round:` group, runs_root, checkpoints_root and mode, so the section is the one
+    source of the demo's training; unlike the round's own training stage (round/config.py) nothing is
+    derived from the round's index: the driver's seeds and save_interval are the section's own.
+    `overrides` are run-config keys ({"driver.num_rollout": 1, "run.group": "x"}).
+    """
+    raw = read_config(path)
+    train, identity = raw.get("train"), raw.get("round")
+    if not isinstance(train, dict) or not isinstance(identity, dict):
+        raise ConfigError(str(path), [f"{key}: expected a mapping (a round config), got {type(value).__name__}"
+                                      for key, value in (("round", identity), ("train", train))
+                                      if not isinstance(value, dict)])  # fmt: skip
+    if "run" in train:
+        raise ConfigError(str(path), ["train.run: set by the round (round.group / round.runs_root / "
+                                      "round.checkpoints_root / round.mode); remove it"])  # fmt: skip
+    source = f"{path} (train)"
+    data: dict[str, Any] = {**train, "run": {key: identity[key] for key in RunSection.model_fields if key in identity}}
+    for dotted, value in (overrides or {}).items():
+        set_dotted(data, dotted, value, source)
+    return run_config_from_mapping(data, source)

@@ -21,7 +21,7 @@ from shopsimrl.config import load_options_file
 from shopsimrl.config.files import parse_json, read_config_text
 from shopsimrl.evaluation.config import load_eval_config
 from shopsimrl.gate.config import load_gate_config
-from shopsimrl.local.config import load_run_config
+from shopsimrl.local.config import load_round_train_config, load_run_config
 from shopsimrl.round.config import load_round_config
 from shopsimrl.skills.candidates import CandidatePool
 from shopsimrl.skills.skillbank import load_skillbank
@@ -55,9 +55,9 @@ SERVICE_SETS = {
 
 # glob (relative to configs/, fnmatch: `*` crosses `/`) -> the loader that reads such a file; first match wins
 LOADERS: dict[str, Callable[[Path], Any]] = {
+    "local/demo_round.yaml": lambda path: (load_round_config(path), load_round_train_config(path)),  # training demo
     "local/*round.yaml": load_round_config,
     "round.yaml": load_round_config,
-    "local/demo.yaml": load_run_config,
     "local/smoke.yaml": load_run_config,
     "local/train.yaml": load_run_config,
     "local/learning_run.yaml": load_run_config,

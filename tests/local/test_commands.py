@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from shopsimrl.local.commands import train
-from shopsimrl.local.config import load_run_config
+from shopsimrl.local.config import load_round_train_config, load_run_config
 from shopsimrl.storage import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,9 +103,10 @@ def test_bad_config_reports_every_problem(tmp_path: Path) -> None:
 
 
 def test_shipped_configs_validate() -> None:
-    for name in ("smoke", "demo", "train"):
+    for name in ("smoke", "train"):
         config = load_run_config(REPO / "configs/local" / f"{name}.yaml")
-        assert config.run.mode.value == {"smoke": "smoke", "demo": "demo", "train": "train"}[name]
+        assert config.run.mode.value == name
+    assert load_round_train_config(REPO / "configs/local/demo_round.yaml").run.mode.value == "demo"
     smoke = load_run_config(REPO / "configs/local/smoke.yaml")
     assert smoke.driver.num_steps_per_rollout == 1 and smoke.driver.save_interval is None
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shopsimrl.local.config import load_run_config
+from shopsimrl.local.config import load_round_train_config
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, TrainItem
 from shopsimrl.local.run import freeze_below
 from shopsimrl.local.trunk import FrozenTrunk
@@ -47,7 +47,7 @@ def smollm2():
 def episodes(smollm2):
     """Two expert episodes of the demo's shop (system prompt with every tool, ~2,100 tokens each)."""
     _, tokenizer, _ = smollm2
-    options = load_run_config("configs/local/demo.yaml").shopsim
+    options = load_round_train_config("configs/local/demo_round.yaml").shopsim
     catalog = options.catalog.build()
     tasks = load_split(catalog, "train")
     return [expert_items(task, catalog, tokenizer, options)[0] for task in tasks[:2]]

@@ -37,18 +37,45 @@ def test_a_shipped_round_config_derives_three_stage_configs_from_one_group(path:
     assert planned_pairs(gate.design, candidates=1, tasks=gate.design.tasks) >= 20  # the fewest the estimator decides on
 
 
-def test_the_demo_round_is_the_demo_training():
-    """`make demo` moved onto the round: its training section is configs/local/demo.yaml's."""
-    from shopsimrl.local.config import load_run_config
+def test_the_demo_training_is_the_demo_rounds_train_section(tmp_path: Path):
+    """One source: `training demo` (and the benches) run demo_round.yaml's `train:` section, which `make demo`'s
+    round trains too; an edit there changes both, and no other file under configs/ holds a copy of it."""
+    from shopsimrl.local.commands import DEFAULT_DEMO_CONFIG
+    from shopsimrl.local.config import load_round_train_config, load_run_config
 
-    demo = load_run_config(ROOT / "configs" / "local" / "demo.yaml").model_dump(exclude={"run", "shopsim"})
-    config = load_round_config(ROOT / "configs" / "local" / "demo_round.yaml")
-    round_train = config.train_config()
-    # The round owns the seeds (round/seeds.py); everything else is the demo's.
-    expected = {**demo, "driver": {**demo["driver"], "save_interval": 2, "rollout_seed": config.seeds.rollout}}
-    assert round_train.model_dump(exclude={"run", "shopsim"}) == expected
-    assert round_train.shopsim.round_seed == config.seeds.curriculum
-    assert round_train.run.group == "local-demo-round-000"
+    path = ROOT / "configs" / "local" / "demo_round.yaml"
+    assert ROOT / DEFAULT_DEMO_CONFIG == path
+    demo = load_round_train_config(path)
+    config = load_round_config(path)
+    assert (demo.run.group, demo.run.mode.value) == (config.group, "demo")
+    # The round owns its seeds (round/seeds.py) and always saves the final checkpoint; the rest is the demo's.
+    expected = demo.model_dump(exclude={"run"})
+    expected["driver"].update(save_interval=2, rollout_seed=config.seeds.rollout)
+    expected["shopsim"]["round_seed"] = config.seeds.curriculum
+    assert config.train_config().model_dump(exclude={"run"}) == expected
+
+    edited = tmp_path / "demo_round.yaml"
+    edited.write_text(path.read_text(encoding="utf-8").replace("lr: 2.0e-6", "lr: 3.0e-6"), encoding="utf-8")
+    assert load_round_train_config(edited).driver.lr == load_round_config(edited).train_config().driver.lr == 3.0e-6
+
+    copies = []
+    for other in sorted((ROOT / "configs").rglob("*.yaml")):
+        try:
+            run = load_run_config(other)
+        except ConfigError:
+            continue  # not a run config
+        if run.model_dump(exclude={"run", "shopsim"}) == demo.model_dump(exclude={"run", "shopsim"}):
+            copies.append(other.relative_to(ROOT).as_posix())
+    assert copies == []
+
+
+def test_the_demo_training_refuses_a_file_that_is_not_a_round_config():
+    from shopsimrl.local.config import load_round_train_config
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_round_train_config(ROOT / "configs" / "local" / "smoke.yaml")
+    assert excinfo.value.problems == ["round: expected a mapping (a round config), got NoneType",
+                                      "train: expected a mapping (a round config), got NoneType"]  # fmt: skip
 
 
 def test_overrides_apply_before_validation(tmp_path: Path):
