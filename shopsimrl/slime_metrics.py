@@ -14,6 +14,12 @@ stdout only), so the log hook also appends that merged dict, with `rollout/step`
 `<run_dir>/metrics.jsonl`: the round report's training curve and a USE_WANDB=0 run read it. The
 local driver writes that file itself (its StageLogger) and tells the hook so on `args`.
 Design notes: docs/metrics.md and docs/dynamic_sampling_filter.md.
+
+This module stays at the top of the package, beside `shopsimrl.slime_hooks`, rather than in
+`shopsimrl.metrics`: it writes records and reads the rollout step, and `records` and `rollout` both
+import `metrics`. Its dotted paths are public (`scripts/run_shopsimrl_slime.sh` passes them to slime,
+the local backend's config defaults name them); the metric computation it calls is in
+`shopsimrl.metrics.compute`.
 """
 
 from __future__ import annotations

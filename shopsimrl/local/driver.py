@@ -37,9 +37,9 @@ from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
-from shopsimrl.local.slime_rollout_metrics import perf_metrics, sample_metrics, train_side_rollout_metrics
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
+from shopsimrl.metrics.slime_native import perf_metrics, sample_metrics, train_side_rollout_metrics
 from shopsimrl.models.checkpoint import should_save
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR

@@ -1,4 +1,14 @@
-"""Metric names declared once (`names`), the units they count (`groups`) and the pure computation."""
+"""Metric names declared once (`names`), the units they count (`groups`) and the pure computation.
+
+    names.py         every key we log, with unit, denominator and direction
+    groups.py        group and trajectory summaries of finished samples
+    compute.py       the `rollout/shopsim/*` metrics of one rollout step
+    slime_native.py  slime's own `rollout/*` and `perf/*` metrics, recomputed by the CPU backend
+    alerts.py, live_alerts.py, commands.py   alert rules on a run's metrics and `shopsimrl metrics`
+
+The slime hooks that log these (`shopsimrl.slime_metrics`) sit above records and rollout, so they
+live at the top of the package beside `shopsimrl.slime_hooks`, not here.
+"""
 
 from shopsimrl.metrics.compute import RetryOutcome, RolloutMetricsInput, TriageCounts, compute_shopsim_metrics
 from shopsimrl.metrics.groups import (

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 
-ROLLOUT_STEP = "rollout/step"
-TRAIN_STEP = "train/step"
-EVAL_STEP = "eval/step"
+from shopsimrl.metrics import names as m
+
+ROLLOUT_STEP = m.ROLLOUT_STEP.name  # the axis names are metrics too, declared in metrics/names.py
+TRAIN_STEP = m.TRAIN_STEP.name
+EVAL_STEP = m.EVAL_STEP.name
 WANDB_STEP = "_step"  # W&B's own row counter: the fallback axis of every other key
 
 # slime v0.3.1 `_init_wandb_common`: pattern -> step metric.

@@ -1,4 +1,6 @@
-"""The slime metric names the history export summarises and plots (declared once, here).
+"""Which slime metrics the history export summarises and plots, with their labels and axes.
+
+The names themselves are declared once, in `shopsimrl.metrics.names`; this module only picks them.
 
 Names and axes follow slime v0.3.1 (`reference/slime.md` §8): `train/*` per optimizer update
 against `train/step`; `rollout/*` and `perf/*` per rollout batch against `rollout/step`.
@@ -8,18 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shopsimrl.metrics import names as m
 from shopsimrl.tracking.axes import ROLLOUT_STEP, TRAIN_STEP
 
-ENTROPY = "train/entropy_loss"
-CLIP_FRACTION = "train/pg_clipfrac"
-GRAD_NORM = "train/grad_norm"
-PPO_KL = "train/ppo_kl"
-LOGPROB_ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-ACTOR_TOKENS_PER_S = "perf/actor_train_tok_per_s"
-RESPONSE_LEN_MEAN = "rollout/response_len/mean"
-TRUNCATED_RATIO = "rollout/truncated_ratio"
-ROLLOUT_TIME = "perf/rollout_time"
-RAW_REWARD = "rollout/raw_reward"
+ENTROPY = m.TRAIN_ENTROPY_LOSS.name
+CLIP_FRACTION = m.TRAIN_PG_CLIPFRAC.name
+GRAD_NORM = m.TRAIN_GRAD_NORM.name
+PPO_KL = m.TRAIN_PPO_KL.name
+LOGPROB_ABS_DIFF = m.TRAIN_ROLLOUT_LOGPROB_ABS_DIFF.name
+ACTOR_TOKENS_PER_S = m.PERF_ACTOR_TRAIN_TOK_PER_S.name
+RESPONSE_LEN_MEAN = m.ROLLOUT_RESPONSE_LEN_MEAN.name
+TRUNCATED_RATIO = m.ROLLOUT_TRUNCATED_RATIO.name
+ROLLOUT_TIME = m.PERF_ROLLOUT_TIME.name
+RAW_REWARD = m.ROLLOUT_RAW_REWARD.name
 
 
 @dataclass(frozen=True)
