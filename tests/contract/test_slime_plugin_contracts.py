@@ -40,7 +40,7 @@ DESELECTED = {
         "after slime's loop in tests/contract/test_hooks_through_slime.py",
     "test_plugin_runtime_hook_contracts.py::test_runtime_hook_path_aligns_with_expected_format[custom_reward_post_process]":
         "calls the hook with a bare args object and samples without group_index, which slime's "
-        "pipeline never passes; signature checked in tests/test_hook_contracts_metrics.py",
+        "pipeline never passes; signature checked in tests/contract/test_hook_contracts_metrics.py",
 }
 
 
