@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -103,21 +104,68 @@ def parse_json(text: str, source: str) -> Any:
 
 # pydantic's prefixes of a message raised by our own validators: they say nothing to a user.
 _VALIDATOR_PREFIXES = ("Value error, ", "Assertion failed, ")
-
-
-def validation_problem(error: Any, prefix: str = "") -> str:
-    """One pydantic validation error as "where: what" (`where` dotted; `prefix.where` under a section).
-
-    One line: never pydantic's multi-line summary with its documentation URL (`str(ValidationError)`),
-    and without the "Value error, " that pydantic puts before our validators' own messages.
-    """
-    where = ".".join(str(part) for part in error["loc"]) or "top level"
-    message = " ".join(str(error["msg"]).split())
-    for noise in _VALIDATOR_PREFIXES:
-        message = message.removeprefix(noise)
-    return f"{prefix}.{where}: {message}" if prefix else f"{where}: {message}"
+# The name pydantic gives a union's branch inside an error's location: a type ("int", "constrained-int"),
+# a parametrised one ("literal['power']", "list[str]") or a model class ("CatalogOptions").
+_BRANCH = re.compile(r"(constrained-)?(int|float|str|bool|bytes|none)|[a-z][a-z-]*\[.*\]|[A-Z][A-Za-z0-9]*")
+_PARSE_DETAIL = re.compile(r", (unable to parse|got a number) .*$")  # after "a valid integer": how it failed
+_EXPECTED = "Input should be "
 
 
 def validation_problems(exc: Any, prefix: str = "") -> list[str]:
-    """Every error of a pydantic `ValidationError` as `validation_problem` lines."""
-    return [validation_problem(error, prefix) for error in exc.errors()]
+    """Every error of a pydantic `ValidationError` as one "where: what" line (`where` dotted; `prefix.where`
+    under a section).
+
+    One line per problem: never pydantic's multi-line summary with its documentation URL
+    (`str(ValidationError)`), without the "Value error, " that pydantic puts before our validators' own
+    messages, and without pydantic's names of a union's branches. A value no branch of a union accepts
+    is one line naming what each branch expects and the value given (`design.replicates: Input should
+    be greater than or equal to 1 or 'power' (got 0)`); a value of a branch's type that fails inside it
+    (a list of the wrong items, a section with a wrong key) reports only that branch's own errors.
+    """
+    problems = []
+    for loc, message in _flatten_unions([(tuple(e["loc"]), _message(e["msg"]), e.get("input")) for e in exc.errors()]):
+        where = ".".join(str(part) for part in loc) or "top level"
+        problems.append(f"{prefix}.{where}: {message}" if prefix else f"{where}: {message}")
+    return problems
+
+
+def _message(raw: str) -> str:
+    message = " ".join(str(raw).split())
+    for noise in _VALIDATOR_PREFIXES:
+        message = message.removeprefix(noise)
+    return message
+
+
+Error = tuple[tuple[Any, ...], str, Any]  # (location, message, input)
+
+
+def _flatten_unions(errors: list[Error]) -> list[tuple[tuple[Any, ...], str]]:
+    """`errors` with each union's branch errors merged into what a user reads (see validation_problems).
+
+    A union shows as two or more branch names at the same place of the errors' locations (one error
+    per failed branch); a lone name-like key is a key, not a branch. Each pass removes one union's
+    branch names, outermost first, until none is left.
+    """
+    while True:
+        unions: dict[tuple[Any, ...], dict[str, list[int]]] = {}
+        for index, (loc, _, _) in enumerate(errors):
+            for depth in range(1, len(loc)):
+                if isinstance(loc[depth], str) and _BRANCH.fullmatch(loc[depth]):
+                    unions.setdefault(loc[:depth], {}).setdefault(loc[depth], []).append(index)
+        found = next(((at, branches) for at, branches in unions.items() if len(branches) >= 2), None)
+        if found is None:
+            return [(loc, message) for loc, message, _ in errors]
+        at, branches = found
+        members = sorted(index for indices in branches.values() for index in indices)
+        inside = [indices for indices in branches.values() if any(len(errors[i][0]) > len(at) + 1 for i in indices)]
+        if inside:  # the value had this branch's type: its own errors, the branch with fewest first
+            best = min(inside, key=len)
+            merged = [(at + errors[i][0][len(at) + 1:], errors[i][1], errors[i][2]) for i in best]
+        else:
+            expected = [_PARSE_DETAIL.sub("", errors[i][1].removeprefix(_EXPECTED)) for i in members]
+            given = repr(errors[members[0]][2])
+            given = given if len(given) <= 60 else given[:57] + "..."
+            merged = [(at, f"{_EXPECTED}{' or '.join(dict.fromkeys(expected))} (got {given})", None)]
+        first = members[0]
+        errors = [e for i, e in enumerate(errors) if i not in members[1:] and i != first]
+        errors[first:first] = merged
