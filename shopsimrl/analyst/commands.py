@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 
 import click
 
-from shopsimrl.config.overrides import parse_sets
+from shopsimrl.cli_options import parse_sets, wandb_options
 from shopsimrl.errors import ConfigError, StageIncomplete, rerun_command
-from shopsimrl.tracking.settings import WandbMode, WandbSettings, wandb_options
+from shopsimrl.tracking.settings import WandbMode, WandbSettings
 
 # The public W&B cloud: wandb 0.31's default server is CoreWeave Forge's proxy of api.wandb.ai.
 PUBLIC_WANDB_DOMAINS = ("wandb.ai", "forge.coreweave.com")

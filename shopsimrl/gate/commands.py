@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from shopsimrl.config.overrides import parse_sets
+from shopsimrl.cli_options import parse_sets, wandb_options
 from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted, rerun_command
-from shopsimrl.tracking.settings import wandb_options
 
 
 @click.command("online-gate")

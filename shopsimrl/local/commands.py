@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from shopsimrl.config.overrides import parse_sets
+from shopsimrl.cli_options import parse_sets
 from shopsimrl.errors import ConfigError, StartupError, StorageError
 
 DEFAULT_DEMO_CONFIG = Path("configs/local/demo_round.yaml")  # its `train:` section is the demo's training

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from shopsimrl.config.overrides import parse_sets
+from shopsimrl.cli_options import parse_sets, wandb_options
 from shopsimrl.errors import (
     ConfigError,
     StageIncomplete,
@@ -20,7 +20,7 @@ from shopsimrl.errors import (
     StorageError,
     rerun_command,
 )
-from shopsimrl.tracking.settings import WandbSettings, wandb_options
+from shopsimrl.tracking.settings import WandbSettings
 
 _WANDB_FLAGS = {"wandb": "enabled", "wandb_project": "project", "wandb_entity": "entity", "wandb_mode": "mode",
                 "wandb_dir": "dir"}  # fmt: skip

@@ -27,7 +27,7 @@ from shopsimrl.tracking.offline_reader import (
     read_offline_run,
 )
 from shopsimrl.tracking.secrets import REDACTED, is_secret_name, looks_like_wandb_key, scrub_secrets
-from shopsimrl.tracking.settings import WandbMode, WandbSettings, wandb_options
+from shopsimrl.tracking.settings import WandbMode, WandbSettings
 from shopsimrl.tracking.sync import SyncResult, SyncStatus, find_offline_runs, sync_runs
 from shopsimrl.tracking.verify import VerifyReport, verify_stage
 
@@ -62,5 +62,4 @@ __all__ = [
     "scrub_secrets",
     "sync_runs",
     "verify_stage",
-    "wandb_options",
 ]

@@ -1,4 +1,4 @@
-"""W&B settings from the environment, overridable by CLI flags.
+"""W&B settings from the environment, overridable by CLI flags (`--wandb-*`: shopsimrl/cli_options.py).
 
 Variables (and defaults):
 
@@ -20,13 +20,11 @@ hang or fail) and because nothing, failure cards included, leaves the machine un
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
-
-import click
+from typing import Any
 
 from shopsimrl.errors import ConfigError
 
@@ -146,76 +144,3 @@ def _group_from(env: Mapping[str, str], problems: list[str]) -> str | None:
             f"to the run group)"
         )
     return ours or theirs
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _env_default(name: str) -> Callable[[], str | None]:
-    # Evaluated when the command runs, not at import: the environment of the invocation counts.
-    return lambda: os.environ.get(name) or None
-
-
-def wandb_options(func: _F) -> _F:
-    """Add `--wandb/--no-wandb --wandb-project --wandb-group --wandb-entity --wandb-mode --wandb-dir`.
-
-    Every flag defaults to its environment variable; the command receives one keyword argument,
-    `wandb_settings` (a validated `WandbSettings`). A bad value becomes a usage error.
-    """
-    names = ("wandb", "wandb_project", "wandb_group", "wandb_entity", "wandb_mode", "wandb_dir")
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = {name: kwargs.pop(name) for name in names}
-        try:
-            kwargs["wandb_settings"] = WandbSettings.from_env(
-                overrides={
-                    "enabled": given["wandb"],
-                    "project": given["wandb_project"],
-                    "group": given["wandb_group"],
-                    "entity": given["wandb_entity"],
-                    "mode": given["wandb_mode"],
-                    "dir": given["wandb_dir"],
-                }
-            )
-        except ConfigError as exc:
-            raise click.UsageError(str(exc)) from exc
-        return func(*args, **kwargs)
-
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    wrapper.__wrapped__ = func  # type: ignore[attr-defined]
-    decorated: Any = wrapper
-    options = [
-        click.option(
-            "--wandb/--no-wandb",
-            "wandb",
-            default=None,  # None = not given: from_env reads USE_WANDB and rejects a bad value
-            help="Log to W&B (default: USE_WANDB, which must be 0 or 1; unset means off).",
-        ),
-        click.option(
-            "--wandb-project",
-            default=_env_default(ENV_PROJECT),
-            help=f"W&B project (default: {ENV_PROJECT}, else {DEFAULT_PROJECT!r}).",
-        ),
-        click.option(
-            "--wandb-group",
-            default=_env_default(ENV_GROUP),
-            help=f"W&B run group, one per round (default: {ENV_GROUP}, else {ENV_RUN_GROUP}).",
-        ),
-        click.option(
-            "--wandb-entity", default=_env_default(ENV_ENTITY), help=f"W&B entity (default: {ENV_ENTITY})."
-        ),
-        click.option(
-            "--wandb-mode",
-            default=_env_default(ENV_MODE),
-            help=f"W&B mode: online, offline or disabled (default: {ENV_MODE}, else {DEFAULT_MODE.value!r}).",
-        ),
-        click.option(
-            "--wandb-dir",
-            default=_env_default(ENV_DIR),
-            help=f"Root of the offline runs (default: {ENV_DIR}, else ./{DEFAULT_DIR}).",
-        ),
-    ]
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated  # type: ignore[no-any-return]

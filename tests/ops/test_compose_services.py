@@ -16,7 +16,7 @@ import pytest
 from ops_helpers import ROOT
 
 from shopsimrl.analyst.config import load_analysis_config
-from shopsimrl.config.overrides import parse_sets
+from shopsimrl.config.overrides import parse_overrides
 from shopsimrl.evaluation.config import load_eval_config
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.ops import compose_schema
@@ -116,7 +116,7 @@ def _stage_argv(service: str, host_env: dict[str, str], served: str, tmp_path: P
 
 
 def _sets(argv: list[str]) -> dict[str, Any]:
-    return parse_sets(tuple(argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"), example="k=v")
+    return parse_overrides((argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"), example="k=v")
 
 
 def test_the_analyze_service_runs_the_production_analyst_of_the_round(monkeypatch, tmp_path):

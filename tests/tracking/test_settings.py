@@ -1,11 +1,9 @@
 from pathlib import Path
 
-import click
 import pytest
-from click.testing import CliRunner
 
 from shopsimrl.errors import ConfigError
-from shopsimrl.tracking import WandbMode, WandbSettings, wandb_options
+from shopsimrl.tracking import WandbMode, WandbSettings
 
 
 def test_defaults_when_nothing_is_set():
@@ -68,38 +66,3 @@ def test_overrides_win_over_the_environment(tmp_path):
 def test_unknown_override_is_an_error():
     with pytest.raises(ConfigError, match=r"unknown override\(s\) \['colour'\]"):
         WandbSettings.from_env({}, overrides={"colour": "red"})
-
-
-@click.command()
-@wandb_options
-def _show(wandb_settings):
-    """Show the settings. Example: show --wandb"""
-    click.echo(
-        f"{wandb_settings.enabled} {wandb_settings.project} {wandb_settings.group} "
-        f"{wandb_settings.entity} {wandb_settings.mode.value} {wandb_settings.dir}"
-    )
-
-
-def test_click_flags_default_to_the_environment(tmp_path):
-    env = {
-        "USE_WANDB": "1",
-        "WANDB_PROJECT": "proj",
-        "WANDB_GROUP": "round-000",
-        "WANDB_ENTITY": "team",
-        "WANDB_MODE": "online",
-        "WANDB_DIR": str(tmp_path),
-    }
-    result = CliRunner().invoke(_show, [], env=env)
-    assert result.exit_code == 0, result.output
-    assert result.output == f"True proj round-000 team online {tmp_path}\n"
-    result = CliRunner().invoke(
-        _show, ["--no-wandb", "--wandb-group", "round-001", "--wandb-mode", "offline"], env=env
-    )
-    assert result.output == f"False proj round-001 team offline {tmp_path}\n"
-
-
-def test_click_bad_use_wandb_is_a_usage_error_unless_the_flag_decides():
-    result = CliRunner().invoke(_show, [], env={"USE_WANDB": "2"})
-    assert result.exit_code == 2
-    assert 'USE_WANDB must be exactly "0" or "1", got "2"' in result.output
-    assert CliRunner().invoke(_show, ["--wandb"], env={"USE_WANDB": "2"}).exit_code == 0
