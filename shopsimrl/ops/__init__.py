@@ -4,6 +4,7 @@ Modules are imported by name (`from shopsimrl.ops.preflight import run_preflight
 imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and independent.
 
 - `shopsimrl.ops.preflight`: `run_preflight`, `PreflightContext`, `CheckResult`, `Status`, `Runner`
+- `shopsimrl.ops.preflight_context`: what every check takes and returns (re-exported by `preflight`)
 - `shopsimrl.ops.slime_flags`: `FLAGS`, `FLAG_NAMES`, `FORBIDDEN_FLAGS`, `unlisted_flags`
 - `shopsimrl.ops.compose_schema`: `schema_errors`, `persistent_mount_problems`
 - `shopsimrl.ops.canary`: `run_canary`, `CanarySettings`, `CanaryReport`
@@ -12,4 +13,5 @@ imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and 
 - `shopsimrl.ops.footprint`: `disk_need`, `saves_in_run` (disk a launch profile writes)
 - `shopsimrl.ops.chat_template`: `compare_with_template` (the rollout's ids vs the checkpoint's template)
 - `shopsimrl.ops.preflight_launch`: preflight checks built on the four above
+- `shopsimrl.ops.preflight_image`: in-container checks of the image itself and SGLang
 """

@@ -15,22 +15,32 @@ from __future__ import annotations
 
 import json
 import netrc
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from dataclasses import asdict
 from pathlib import Path
 from urllib.parse import urlparse
 
 from shopsimrl.ops import compose_schema, slime_flags
-from shopsimrl.ops.preflight_launch import check_chat_template, check_gpu_count, check_launch_inputs
+from shopsimrl.ops.preflight_context import (  # re-exported: the preflight API callers name
+    VERSIONS_FILE,
+    CheckResult,
+    PreflightContext,
+    Runner,
+    Status,
+    read_versions,
+)
+from shopsimrl.ops.preflight_launch import (
+    check_chat_template,
+    check_disk_for_profile,
+    check_gpu_count,
+    check_launch_inputs,
+)
 
 SCHEMA_VERSION = 1
 COMPOSE_FILE = "compose.yaml"
-VERSIONS_FILE = "docker/versions.env"
 LAUNCHER = "scripts/run_shopsimrl_slime.sh"
 SCRIPT_GLOBS: tuple[str, ...] = (
     "scripts/*.sh",
@@ -44,46 +54,7 @@ LAUNCH_CONFIGS: tuple[str, ...] = (
     "configs/slime/smoke-2gpu.env",
     "configs/slime/formal.env",
 )
-SLIME_COMMIT_FILE = "/opt/shopsimrl/SLIME_COMMIT"
 _TIMEOUT_S = 60
-
-
-class Status(StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    SKIP = "SKIP"
-
-
-class Runner(StrEnum):
-    DOCKER = "docker"
-    LOCAL = "local"
-    CONTAINER = "container"  # we are the in-container half of a docker preflight
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-
-@dataclass
-class PreflightContext:
-    """Where and how to check. Every external program is a parameter so tests can point at real ones."""
-
-    root: Path
-    runner: Runner
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    min_free_gib: float = 10.0
-    docker: str = "docker"
-    compose_command: Sequence[str] | None = None  # default: docker compose --env-file ...
-    mountinfo: Path = Path("/proc/self/mountinfo")
-    slime_dir: Path = Path("/root/slime")
-    slime_commit_file: Path = Path(SLIME_COMMIT_FILE)
-    image_file: Path = Path("/opt/shopsimrl/IMAGE.json")  # what the image is and was built from
-    workspace: Path = Path(compose_schema.CONTAINER_WORKSPACE)
 
 
 def _run(
@@ -96,17 +67,6 @@ def _run(
 
 def _tool(ctx: PreflightContext, name: str) -> str | None:
     return shutil.which(name, path=ctx.env.get("PATH"))
-
-
-def read_versions(path: Path) -> dict[str, str]:
-    """docker/versions.env as a dict (KEY=value lines; comments and blank lines ignored)."""
-    values: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            values[key.strip()] = value.strip()
-    return values
 
 
 # ---------------------------------------------------------------------------------------------- W&B
@@ -373,8 +333,6 @@ def check_wandb_dirs(ctx: PreflightContext) -> CheckResult:
 
 def check_free_disk(ctx: PreflightContext) -> CheckResult:
     """Free disk against what the formal profile will write (`--min-free-gib` is the margin on top)."""
-    from shopsimrl.ops.preflight_launch import check_disk_for_profile
-
     return check_disk_for_profile(ctx)
 
 

@@ -12,7 +12,13 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-from shopsimrl.ops.preflight import VERSIONS_FILE, CheckResult, PreflightContext, Status, read_versions
+from shopsimrl.ops.preflight_context import (
+    VERSIONS_FILE,
+    CheckResult,
+    PreflightContext,
+    Status,
+    read_versions,
+)
 
 IMAGE_FILE = Path("/opt/shopsimrl/IMAGE.json")
 _DIGEST_KEY = {"train": "SLIME_IMAGE_DIGEST", "tools": "PYTHON_IMAGE_DIGEST"}

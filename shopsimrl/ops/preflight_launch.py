@@ -21,12 +21,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from shopsimrl.ops import footprint, launch
-
-if TYPE_CHECKING:
-    from shopsimrl.ops.preflight import CheckResult, PreflightContext
+from shopsimrl.ops.preflight_context import CheckResult, PreflightContext, Runner, Status
 
 FORMAL_CONFIG = "configs/slime/formal.env"
 SMOKE_CONFIG = "configs/slime/smoke.env"
@@ -35,20 +32,14 @@ _TIMEOUT_S = 120
 
 
 def _result(name: str, status: str, detail: str, fix: str = "") -> CheckResult:
-    from shopsimrl.ops.preflight import CheckResult, Status
-
     return CheckResult(name, Status(status), detail, fix)
 
 
 def _launch_dir(ctx: PreflightContext) -> Path:
-    from shopsimrl.ops.preflight import Runner
-
     return ctx.workspace if ctx.runner is Runner.CONTAINER else ctx.root
 
 
 def _env(ctx: PreflightContext) -> dict[str, str]:
-    from shopsimrl.ops.preflight import Runner
-
     env = {**ctx.env, "DRY_RUN": "1", "PYTHON": sys.executable}
     if ctx.runner is not Runner.CONTAINER and "MODELS_DIR" not in env:
         env["MODELS_DIR"] = str(ctx.root / "models")
@@ -128,7 +119,6 @@ def check_launch_inputs(ctx: PreflightContext) -> CheckResult:
 def check_chat_template(ctx: PreflightContext) -> CheckResult:
     name = "chat template agreement"
     from shopsimrl.config import load_options_file
-    from shopsimrl.ops.preflight import Runner
 
     models = Path(ctx.env.get("MODELS_DIR") or ("/models" if ctx.runner is Runner.CONTAINER else ctx.root / "models"))
     model_dir = models / MODEL_NAME
@@ -156,8 +146,6 @@ def check_disk_for_profile(ctx: PreflightContext) -> CheckResult:
     base = _launch_dir(ctx)
     probe = base / "checkpoints" if (base / "checkpoints").is_dir() else base
     free = shutil.disk_usage(probe).free
-    from shopsimrl.ops.preflight import Runner
-
     need, reason = None, "RUNNER=local: the slime profile does not apply; margin only"
     if ctx.runner is not Runner.LOCAL:
         try:
