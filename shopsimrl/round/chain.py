@@ -67,6 +67,5 @@ def _planned_next(config: RoundConfig, settings: WandbSettings) -> RoundConfig:
                   "checkpoint_sha256": "0" * 64, "save_dir": str(config.checkpoint_dir)},
         "gate": {"outputs": {"selected_skillbank": str(config.round_dir / "gate" / "selected_skillbank.json")}},
     })  # fmt: skip
-    following = RoundConfig.model_validate(next_round_mapping(config, state, settings))
-    following._source = f"{config.round_dir}/next_round.yaml (planned)"
-    return following
+    planned = f"{config.round_dir}/next_round.yaml (planned)"
+    return RoundConfig.parsed(next_round_mapping(config, state, settings), planned)

@@ -121,6 +121,14 @@ class RoundConfig(StrictModel):
     tracking: Tracking | None = None
     _source: str = PrivateAttr("<mapping>")
 
+    @classmethod
+    def parsed(cls, raw: Any, source: str) -> RoundConfig:
+        """`raw` validated against the schema only, remembered as read from `source` (the name
+        reports and errors give it); `round_config_from_mapping` adds the checks across stages."""
+        config = cls.model_validate(raw)
+        config._source = source
+        return config
+
     @property
     def source(self) -> str:
         return self._source

@@ -164,6 +164,19 @@ class Catalog:
         return self._types[type_id][0]
 
     @property
+    def num_types(self) -> int:
+        """Product types over all categories; type ids are 0 .. num_types - 1."""
+        return len(self._types)
+
+    @property
+    def title_ids(self) -> np.ndarray:
+        """The interned title of each product (int32, a read-only view): one id per distinct
+        (type, brand, attributes), so products with the same title share it."""
+        view = np.frombuffer(self._a_title, dtype=np.int32)
+        view.flags.writeable = False
+        return view
+
+    @property
     def num_families(self) -> int:
         return int(self.family_base.shape[0])
 

@@ -166,7 +166,7 @@ class SearchIndex:
             for d, (_, values) in enumerate(spec.attributes):
                 for v, value in enumerate(values):
                     add(value, in_cat & (catalog.attrs[:, d] == v))
-        for t in range(len(catalog._types)):
+        for t in range(catalog.num_types):
             add(catalog.type_name(t), catalog.type_id == t)
 
         postings = {
@@ -174,7 +174,7 @@ class SearchIndex:
         }
         # The token set above is a function of (type, brand, attributes) -- the category follows
         # from the type -- which is exactly what the catalog interns titles by.
-        title_ids = np.frombuffer(catalog._a_title, dtype=np.int32)
+        title_ids = catalog.title_ids
         return cls(
             postings,
             rank_to_index,

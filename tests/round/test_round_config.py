@@ -145,3 +145,12 @@ def test_a_stage_section_cannot_set_a_seed_the_round_derives(tmp_path: Path):
         "train.shopsim.round_seed: set by the round (round.seed and the round's index (shopsimrl/round/seeds.py)); remove it",
         "gate.design.seed: set by the round (round.seed and the round's index (shopsimrl/round/seeds.py)); remove it",
     ]
+
+
+def test_a_config_parsed_from_a_mapping_keeps_the_source_it_was_given():
+    from shopsimrl.round.config import RoundConfig
+
+    config = load_round_config(ROOT / "configs" / "local" / "demo_round.yaml")
+    planned = RoundConfig.parsed(config.model_dump(), "runs/x/round-000/next_round.yaml (planned)")
+    assert planned.source == "runs/x/round-000/next_round.yaml (planned)"
+    assert planned.model_dump() == config.model_dump()

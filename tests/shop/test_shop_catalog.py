@@ -37,6 +37,24 @@ def test_product_view_fields(catalog):
     assert 2.5 <= p.rating <= 5.0
 
 
+def test_public_type_count_and_title_ids_match_the_products():
+    """What the search index reads from the catalog (no private fields): every type id names a
+    type, and two products share a title id exactly when they share a title."""
+    catalog = generate_catalog(5, 600)
+    assert catalog.num_types == sum(len(spec.product_types) for spec in CATEGORIES)
+    assert int(catalog.type_id.max()) < catalog.num_types
+    ids = catalog.title_ids
+    assert ids.shape == (600,) and ids.dtype == np.int32
+    first_title: dict[int, str] = {}
+    first_id: dict[str, int] = {}
+    for index in range(600):
+        title, title_id = catalog.title(index), int(ids[index])
+        assert first_title.setdefault(title_id, title) == title
+        assert first_id.setdefault(title, title_id) == title_id
+    with pytest.raises(ValueError, match="read-only"):
+        ids[0] = 1
+
+
 def test_parse_product_id():
     assert parse_product_id("P000123", 2000) == 123
     assert parse_product_id("P001999", 2000) == 1999
