@@ -11,13 +11,13 @@ Reported with 95% Wilson intervals:
 * episodes run (planned pairs x 2 plus re-runs of technical failures), fixed vs sequential
   (goal at K = 4: <= 65% of the fixed design's 1,200).
 
-Designs: `fixed` is the design shipped before issue 26 (200 tasks x 3 replicates, one analysis);
+Designs: `fixed` is the design shipped before the sequential gate (200 tasks x 3 replicates, one analysis);
 `sequential` is the default `DesignConfig()` (budget from power for K under power.py's planning model, looks,
 spending, both futility rules).
 
 Outcome models (`MODELS`): a task's base success b_t, plus per candidate k an effect e_kt:
 * base `reference`: sigmoid(-0.4 + z_t + e), z_t ~ N(0, 1), e ~ N(0, 0.5) shared by a pair's two
-  episodes (reference/gate_design.md); `spread`: Beta(2, 2) (2 E[b(1-b)] = 0.4, near the 0.5
+  episodes (docs/gate.md, "Power analysis"); `spread`: Beta(2, 2) (2 E[b(1-b)] = 0.4, near the 0.5
   ceiling); `bimodal`: Beta(0.3, 0.7) (most tasks nearly always fail or succeed); `half`: every
   task at 0.5 (the ceiling of the paired variance, a worst case);
 * effects `uniform`: on every task, scaled by the room the task leaves (a helpful edit adds
@@ -63,7 +63,7 @@ BROKEN_TASKS = 0.01
 REPLICATE_SD = 0.5
 SOME_SHARE = 0.4  # `some`: the share of tasks a candidate acts on
 INTERACTION_MAIN, INTERACTION = 0.14, -0.28  # `interacting`: candidates 1 and 3
-FIXED = DesignConfig(replicates=3, looks=1)  # the design shipped before issue 26: 200 x 3, one analysis
+FIXED = DesignConfig(replicates=3, looks=1)  # the design shipped before the sequential gate: 200 x 3, one analysis
 POOL = 200  # validation tasks available to the simulated gates
 
 

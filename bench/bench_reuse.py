@@ -1,4 +1,4 @@
-"""Benchmark: false selection when rounds reuse the validation tasks adaptively (issue 26, item 4).
+"""Benchmark: false selection when rounds reuse the validation tasks adaptively (docs/gate.md, "Validation reuse").
 
 Simulates chains of N rounds. Every round's gate is the shipped default (`DesignConfig()`: budget from
 power, sequential looks) run through the real code (`plan_gate`, `estimate_effects`, `decide_look`), with

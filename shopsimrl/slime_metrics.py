@@ -1,9 +1,10 @@
-"""slime hooks for monitoring: the all-samples hook and the rollout-log hook (names fixed by the spec).
+"""slime hooks for monitoring: the all-samples hook and the rollout-log hook (dotted paths: docs/contracts.md).
 
     --rollout-all-samples-process-path   shopsimrl.slime_metrics.record_generated_rollout_groups
     --custom-rollout-log-function-path   shopsimrl.slime_metrics.enrich_rollout_metrics
 
-Both run in slime's RolloutManager process, the all-samples hook first (reference/slime.md 4.3/8.2).
+Both run in slime's RolloutManager process, the all-samples hook first (docs/metrics.md, "How the
+numbers get into slime's single log call").
 The all-samples hook sees every completed group (kept, filter-dropped, surplus) but has no return
 channel and no rollout id; the log hook knows the rollout id and the accepted batch. So the first
 writes traces, triage and retry requests and leaves group summaries in a per-process stash, and the
@@ -79,7 +80,7 @@ class _StepStash:
 class _ProcessState:
     """What the all-samples hook leaves for the log hook; one per RolloutManager process.
 
-    slime gives the all-samples hook no return channel (reference/slime.md 8.5), and both hooks run
+    slime gives the all-samples hook no return channel (its return value is ignored), and both hooks run
     in the same process, one after the other, so module-level state is the only channel there is.
     """
 

@@ -2,7 +2,7 @@
 
 slime is the reference for every type and call site our hooks meet, so the test session puts slime's
 source on `sys.path` before any test imports `shopsimrl`: an installed slime, else `SLIME_SRC`, else
-the vendored v0.3.1 subset at ../shared/vendor/slime-v0.3.1 (ARCHITECTURE.md). With it,
+the vendored v0.3.1 subset at ../shared/vendor/slime-v0.3.1 (tests/slime_source.py). With it,
 `shopsimrl.contract` hands every test slime's own `Sample` and `DynamicFilterOutput`, and subprocesses
 inherit it through PYTHONPATH. Without it (a user's clone) the replicas are used and the tests that
 need slime's code skip with the reason (`requires_slime`).

@@ -2,7 +2,7 @@
 
 `shopsimrl.contract.slime_types` decides which classes the package uses; nothing else imports this
 module. tests/contract/test_slime_types.py checks these replicas field for field, and the two
-functions on a grid of inputs, against slime's own code (../shared/vendor/slime-v0.3.1).
+functions on a grid of inputs, against slime v0.3.1's own code (`SLIME_SRC` or a vendored copy: tests/slime_source.py).
 Fields our code never touches (multimodal inputs, top-p replay, routed experts, spec info) are left
 out: a sample of this class only ever meets our own code.
 """

@@ -1,4 +1,4 @@
-"""The per-sample metadata contract, `sample.metadata["shopsim"]` (ARCHITECTURE.md).
+"""The per-sample metadata contract, `sample.metadata["shopsim"]` (docs/rollout.md, docs/contracts.md).
 
 Hooks look only here. Key names are fixed; extra keys are allowed.
 """

@@ -5,7 +5,7 @@ slime's call sites test types by identity — `call_dynamic_filter` wraps anythi
 so a look-alike class silently turns every drop into a keep. This module is the one place that
 chooses: slime's `Sample`, `DynamicFilterOutput`, `call_dynamic_filter` and
 `should_drop_dynamic_filter_output` when `slime` imports (the training container, or tests with
-../shared/vendor/slime-v0.3.1 on the path), the replicas in `_replica` otherwise (a CPU laptop).
+slime's source on the path: tests/slime_source.py), the replicas in `_replica` otherwise (a CPU laptop).
 
 Importing slime's types imports torch (slime's `types.py` does); without slime nothing heavy is
 imported.

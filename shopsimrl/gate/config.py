@@ -73,7 +73,7 @@ class DesignConfig(StrictModel):
         0.025, gt=0, lt=0.5, description="one-sided family-wise error rate of each decision (Holm); 0.025 = a 95% interval"
     )
     # One rejection bound per outcome: a +0.10 edit on strict success moves partial-credit reward by a
-    # different amount, so one number cannot serve both (issue 26).
+    # different amount, so one number cannot serve both (docs/gate.md, "Selection rule").
     min_effect_success: float = Field(0.10, gt=0, le=1, description="smallest success effect worth keeping")
     min_effect_reward: float = Field(0.10, gt=0, le=1, description="smallest reward effect worth keeping")
     min_effect: float | None = Field(

@@ -62,7 +62,8 @@ def check_resume(stored: dict[str, Any], fresh: dict[str, Any], source: str) -> 
 
 
 def _upgraded(stored: dict[str, Any]) -> dict[str, Any]:
-    """A manifest written before the per-outcome `min_effect` (issue 26) as it would be written now.
+    """A manifest written before the per-outcome `min_effect` (one number for both
+    outcomes until 2026-12-02) as it would be written now.
 
     Its design held one `min_effect` for both outcomes; the config now folds that form into
     `min_effect_success` and `min_effect_reward`. Without this, a gate started before the change could

@@ -44,7 +44,7 @@ CONTRIBUTIONS_FILE = "contributions.json"
 SELECTED_SKILLBANK_FILE = "selected_skillbank.json"
 SELECTED_SKILL_FILE = "selected_skill.md"
 LEDGER_FILE = "proposal_ledger.jsonl"
-# The six files of the gate artifact (spec section 5), in the spec's order.
+# The six files of the gate artifact (docs/gate.md, "Files").
 ARTIFACT_FILES = (
     MANIFEST_FILE,
     CONTRIBUTIONS_FILE,

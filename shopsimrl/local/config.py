@@ -50,7 +50,7 @@ class ModelName(StrEnum):
 
 
 class DriverConfig(StrictModel):
-    """slime's argument names and meaning (reference/slime.md section 2); defaults are slime's where it has one."""
+    """slime's argument names and meaning (slime v0.3.1 `slime/utils/arguments.py`); defaults are slime's where it has one."""
 
     num_rollout: int = Field(..., ge=1)
     rollout_batch_size: int = Field(..., ge=1, description="groups (prompts) per rollout")

@@ -1,6 +1,6 @@
 """The local backend's in-process driver: slime's rollout loop and GRPO update on one CPU process.
 
-Per rollout (reference/slime.md sections 1 and 4), in slime's order:
+Per rollout (docs/local_backend.md, "The rollout loop"), in the order of slime v0.3.1's RolloutManager:
 
 1. over-sampling waves (`shopsimrl.rollout.oversampling.OverSampler`, slime's remaining/target rule)
    fetch groups of `n_samples_per_prompt` from the data source; every group runs the custom generate

@@ -1,6 +1,6 @@
 """GRPO update of the local backend, with slime's loss, reducer and step schedule.
 
-What slime does (reference/slime.md sections 6.3, 7, 8.3), reproduced here:
+What slime v0.3.1 does (docs/local_backend.md, "The GRPO update"), reproduced here:
 
 * PPO-clip on per-token ratios `exp(log_p - old_log_p)` with asymmetric bounds `1 - eps_clip` and
   `1 + eps_clip_high`; `old_log_p` is the actor's own log-prob at the start of the rollout's training
@@ -36,7 +36,8 @@ from shopsimrl.metrics import names as m
 
 @dataclass(frozen=True)
 class GrpoConfig:
-    """slime's flag names (without dashes) and defaults of `scripts/run-qwen3-4B.sh` where they exist."""
+    """slime's flag names (without dashes); defaults as in slime's own launcher `scripts/run-qwen3-4B.sh` (in
+    slime's repository) and in ours, configs/slime/common.env (EPS_CLIP, ENTROPY_COEF, KL_LOSS_COEF)."""
 
     eps_clip: float = 0.2
     eps_clip_high: float = 0.28

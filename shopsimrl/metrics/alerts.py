@@ -1,4 +1,4 @@
-"""The monitoring guide's alert rules (spec section 7), evaluated on a stage's `metrics.jsonl`.
+"""The alert rules of docs/metrics.md ("Alert rules"), evaluated on a stage's `metrics.jsonl`.
 
 Rules, each reported with the rollout steps involved:
 

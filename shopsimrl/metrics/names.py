@@ -3,11 +3,11 @@
 Code that logs or reads a metric imports the name from here; no key string is spelled elsewhere.
 Two families:
 
-* `rollout/shopsim/*`: our rollout metrics (ARCHITECTURE.md "Metrics", spec section 3). Unless the
+* `rollout/shopsim/*`: our rollout metrics (docs/metrics.md, "`rollout/shopsim/*`"). Unless the
   name starts with `train_`, a metric covers every completed generation of the step: kept, dropped
   and surplus groups. Units: a *trajectory* is a unique (group_index, rollout_id); a *completed
   group* is a group whose siblings all finished; *accepted* groups entered the trainer.
-* slime-native names (reference/slime.md section 8) that the local backend logs with slime's step
+* slime-native names (slime v0.3.1's; docs/metrics.md, "slime-native names") that the local backend logs with slime's step
   semantics, so every downstream tool works on both backends.
 
 A rate whose denominator is 0 in a step is *absent* from that step's dict (never a made-up 0).
@@ -221,7 +221,7 @@ TRAIN_GROUP_COUNT = _declare(
     _S + "train_group_count", "groups", "-", _D.INFORMATIONAL, "accepted groups (entered the trainer)"
 )
 
-# ---- slime-native names (reference/slime.md section 8) -------------------------------------------
+# ---- slime-native names (docs/metrics.md, "slime-native names") --------------------------------
 ROLLOUT_STEP = _declare("rollout/step", "step", "-", _D.INFORMATIONAL, "x-axis of rollout/*, perf/*")
 ROLLOUT_RAW_REWARD = _declare(
     "rollout/raw_reward",
@@ -293,7 +293,7 @@ DYNAMIC_FILTER_DROP = _declare(
     "groups really dropped by the dynamic filter, per reason (slime's counter)",
 )
 
-# ---- more slime-native names the local backend logs (reference/slime.md section 8) ---------------
+# ---- more slime-native names the local backend logs (docs/metrics.md) ----------------------------
 TRAIN_KL_LOSS = _declare(
     "train/kl_loss",
     "nats",
@@ -386,7 +386,7 @@ ROLLOUT_ROLLOUT_LOG_PROBS = _declare(
     "mean rollout log-prob of the trained tokens",
 )
 
-# ---- analysis/* (spec section 4), read by `shopsimrl monitor check` ------------------------------
+# ---- analysis/* (docs/analyst.md, "Metrics"), read by `shopsimrl monitor check` -----------------
 ANALYSIS_ELIGIBLE_CARDS = _declare(
     "analysis/eligible_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that yield a proposal"
 )
@@ -418,7 +418,7 @@ ANALYSIS_EVIDENCE_ONLY_CARDS = _declare(
     "failure cards whose counterfactual trial did not succeed",
 )
 
-# ---- gate/* (spec sections 5 and 7): logged once per gate invocation, at completion or abort --------
+# ---- gate/* (docs/gate.md, "W&B"): logged once per gate invocation, at completion or abort --------
 # An incomplete gate logs only GATE_COVERAGE and GATE_COMPLETE = 0 (docs/gate.md).
 GATE_COVERAGE = _declare(
     "gate/coverage", "fraction", "planned evaluations", _D.HIGHER_IS_BETTER, "finished evaluations / planned"

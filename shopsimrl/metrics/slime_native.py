@@ -1,7 +1,7 @@
 """slime's own rollout-side metrics, computed from the trained samples as slime computes them.
 
 `compute_metrics_from_samples` and `compute_perf_metrics_from_samples` of slime's rollout logging
-(reference/slime.md section 8.2): statistics over the *flattened kept batch* (every segment is a
+(slime v0.3.1's `log_rollout_data`; docs/metrics.md, "slime-native names"): statistics over the *flattened kept batch* (every segment is a
 sample, as in slime), so they keep slime's denominators, not ours. Keys returned here are complete
 (`rollout/...`, `perf/...`). Not reproduced: `repetition_frac`, speculative-decoding, prefix-cache
 and SGLang request timings (no such data on the CPU backend).

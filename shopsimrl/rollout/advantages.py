@@ -2,7 +2,7 @@
 
 slime's built-in `_post_process_rewards` reshapes the flattened batch to `(-1, n_samples_per_prompt)`:
 with segmented trajectories the count no longer matches, it falls back to one batch-wide group, and
-every segment is a separate element (reference/slime.md sections 6.3 and 7). Here each trajectory
+every segment is a separate element of its group (slime v0.3.1, `RolloutManager._post_process_rewards`). Here each trajectory
 (unique `rollout_id` within a `group_index`) counts once in its group's mean and std, and every
 segment receives its trajectory's value. Samples may arrive in any order.
 

@@ -1,4 +1,4 @@
-"""slime's over-sampling rule as a small synchronous state machine (reference/slime.md section 4.3).
+"""slime's over-sampling rule as a small synchronous state machine (docs/local_backend.md, "The rollout loop").
 
 slime's `generate_rollout_async`, reduced to its decisions:
 

@@ -1,4 +1,4 @@
-"""Panels as code: the five panel sections of the monitoring guide (spec section 7) for one W&B group.
+"""Panels as code: the five panel sections of docs/metrics.md ("Recommended W&B panels") for one W&B group.
 
     sections = panel_sections(chunk_ids=["read-the-constraints", ...])   # plain, library-free spec
     check_sections(sections)                       # every key in shopsimrl.metrics.names, else ValueError
@@ -83,7 +83,7 @@ def _curriculum_chunk_panels(chunk_ids: Sequence[str]) -> tuple[Panel, ...]:
 
 
 def panel_sections(chunk_ids: Sequence[str] = ()) -> list[Section]:
-    """The five sections of spec section 7, in its order (docs/metrics.md, "Recommended W&B panels")."""
+    """The five sections, in the order of docs/metrics.md, "Recommended W&B panels"."""
     return [
         Section(
             "1 learning outcome",

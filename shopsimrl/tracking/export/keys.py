@@ -2,7 +2,7 @@
 
 The names themselves are declared once, in `shopsimrl.metrics.names`; this module only picks them.
 
-Names and axes follow slime v0.3.1 (`reference/slime.md` §8): `train/*` per optimizer update
+Names and axes follow slime v0.3.1 (docs/metrics.md, "slime-native names"): `train/*` per optimizer update
 against `train/step`; `rollout/*` and `perf/*` per rollout batch against `rollout/step`.
 """
 
