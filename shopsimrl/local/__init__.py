@@ -8,6 +8,7 @@ Importing this package loads only the configuration types (no torch). The parts,
 - `shopsimrl.local.grpo`: `GrpoConfig`, `GrpoTrainer`, `TrainItem`, `policy_loss`, `score_responses`
 - `shopsimrl.local.warm_start`: `warm_start`, `expert_items`, `sft_step`
 - `shopsimrl.local.run`: `run_training`, `RunResult`
+- `shopsimrl.local.smoke`: `evaluate_smoke`, `write_smoke_report` (the smoke run's acceptance report)
 - `shopsimrl.local.commands`: the `shopsimrl train` click group
 """
 

@@ -1,5 +1,8 @@
 """W&B tracking: settings from the environment, the offline-first StageLogger, the offline-run reader,
 sync and verify. Importing this package does not import wandb.
+
+Also what a run leaves for people to read: failure records (`tracking.failure_record`) and the
+history export behind `shopsimrl wandb export` (`tracking.export`).
 """
 
 from shopsimrl.tracking.axes import (
