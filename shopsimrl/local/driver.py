@@ -194,7 +194,7 @@ class LocalDriver:
         self.trainer = GrpoTrainer(
             model, optimizer, grpo, ref_model=ref_model,
             on_micro_batch=lambda done, total: self.on_event("micro_batch", {"done": done, "total": total}),
-            trunk=trunk,
+            trunk=trunk, compute_dtype=config.model.compute_dtype.torch,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ rollout (RolloutManager side)

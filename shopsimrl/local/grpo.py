@@ -32,6 +32,7 @@ import torch
 from shopsimrl.local.config import KlLossType
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
+from shopsimrl.rollout.generators.precision import compute_precision
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ def score_responses(
     entropy_grad: bool = False,
     loss_positions_only: bool = False,
     trunk: FrozenTrunk | None = None,
+    compute_dtype: torch.dtype = torch.float32,
 ) -> ScoredResponses:
     """Log-probs (and entropy) of the response tokens of `items[indices]`.
 
@@ -227,6 +229,10 @@ def score_responses(
 
     Gradients flow into `log_probs` when grad mode is on; entropy carries gradients only with
     `entropy_grad` (it is a metric unless `entropy_coef > 0`).
+
+    `compute_dtype` bfloat16 runs the layers and the output projection under autocast (float32
+    weights, rollout/generators/precision.py); the log-softmax, entropy and everything after it are
+    float32 either way.
     """
     device = next(model.parameters()).device
     lengths = [len(items[i].tokens) for i in indices]
@@ -235,6 +241,33 @@ def score_responses(
         targets.extend(items[i].tokens[lengths[row] - items[i].response_length :])
         sizes.append(items[i].response_length)
     rows, row_of = sequence_rows(items, indices)
+    with compute_precision(compute_dtype):
+        target_ids, keep, logits = _response_logits(
+            model, items, indices, rows, row_of, targets, temperature, loss_positions_only, trunk, device
+        )
+    log_dist = torch.log_softmax(logits.float(), dim=-1)
+    token_log_probs = _at_response_positions(log_dist.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1), keep)
+    entropy = None
+    if with_entropy:
+        source = log_dist if entropy_grad else log_dist.detach()
+        entropy = list(_at_response_positions(-(source.exp() * source).sum(-1), keep).split(sizes))
+    return ScoredResponses(list(token_log_probs.split(sizes)), entropy)
+
+
+def _response_logits(
+    model: Any,
+    items: Sequence[TrainItem],
+    indices: Sequence[int],
+    rows: list[int],
+    row_of: list[int],
+    targets: list[int],
+    temperature: float,
+    loss_positions_only: bool,
+    trunk: FrozenTrunk | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """`score_responses`' forward: the scored positions' target ids, the kept positions
+    (`loss_positions_only`) and their logits (in the forward's precision)."""
     positions = _response_positions(items, indices, row_of)
     prefix = _shared_prompt_prefix(items, rows)
     shared = prefix >= MIN_SHARED_PREFIX and len(rows) > 1
@@ -257,14 +290,7 @@ def score_responses(
     if temperature != 1.0:
         # softmax(W h / T) = softmax(W (h / T)): dividing the hidden states costs 1/85 of the logits
         selected = selected / temperature
-    logits = model.get_output_embeddings()(selected).float()
-    log_dist = torch.log_softmax(logits, dim=-1)
-    token_log_probs = _at_response_positions(log_dist.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1), keep)
-    entropy = None
-    if with_entropy:
-        source = log_dist if entropy_grad else log_dist.detach()
-        entropy = list(_at_response_positions(-(source.exp() * source).sum(-1), keep).split(sizes))
-    return ScoredResponses(list(token_log_probs.split(sizes)), entropy)
+    return target_ids, keep, model.get_output_embeddings()(selected)
 
 
 def _at_response_positions(values: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -439,6 +465,7 @@ class GrpoTrainer:
         ref_model: Any | None = None,
         on_micro_batch: Callable[[int, int], None] | None = None,
         trunk: FrozenTrunk | None = None,
+        compute_dtype: torch.dtype = torch.float32,
     ):
         if config.use_kl_loss and ref_model is None:
             raise ValueError("use_kl_loss needs a reference model")
@@ -447,6 +474,7 @@ class GrpoTrainer:
         self.config = config
         self.ref_model = ref_model
         self.trunk = trunk  # the policy's frozen bottom layers (trunk.py); never the reference model's
+        self.compute_dtype = compute_dtype  # bfloat16: forwards under autocast, float32 weights and optimizer
         # (done, total) after each micro-batch's backward: an update takes minutes on a CPU
         self.on_micro_batch = on_micro_batch or (lambda _done, _total: None)
 
@@ -464,6 +492,7 @@ class GrpoTrainer:
                     with_entropy=False,
                     loss_positions_only=True,
                     trunk=trunk,
+                    compute_dtype=self.compute_dtype,
                 )
                 out.update(zip(batch, scored.log_probs, strict=True))
         return out
@@ -535,6 +564,7 @@ class GrpoTrainer:
                 entropy_grad=cfg.entropy_coef != 0.0,
                 loss_positions_only=True,
                 trunk=self.trunk,
+                compute_dtype=self.compute_dtype,
             )
             has_rollout_lp = all(items[i].rollout_log_probs is not None for i in step)
             inputs = StepLossInputs(

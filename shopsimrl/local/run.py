@@ -161,7 +161,9 @@ def run_training(
         elif config.warm_start.enabled:
             # Its own generator, seeded with model.seed: the warm start's probes never shift GRPO's draws,
             # so a cached warm start and one that ran now lead to the same GRPO run.
-            probe_generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.model.seed)
+            probe_generator = BatchedLocalHFGenerator(
+                model, tokenizer, seed=config.model.seed, compute_dtype=config.model.compute_dtype.torch
+            )
             args = build_args(
                 config, use_wandb=False, generator=probe_generator, tokenizer=tokenizer, catalog=catalog
             )
@@ -176,6 +178,7 @@ def run_training(
                 base_sampling_params(args),
                 seed=config.model.seed,
                 trunk=trunk,
+                compute_dtype=config.model.compute_dtype.torch,
                 on_step=None
                 if on_event is None
                 else (
@@ -192,7 +195,13 @@ def run_training(
             if config.warm_start.save:  # the policy before any GRPO update, for `shopsimrl eval`
                 result.checkpoints.append(save_checkpoint(model, tokenizer, config.checkpoint_dir / WARM_START_DIR))
         # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.
-        generator = BatchedLocalHFGenerator(model, tokenizer, seed=config.driver.rollout_seed, recorder=trunk)
+        generator = BatchedLocalHFGenerator(
+            model,
+            tokenizer,
+            seed=config.driver.rollout_seed,
+            recorder=trunk,
+            compute_dtype=config.model.compute_dtype.torch,
+        )
         with StageLogger(
             stage_dir,
             stage="train",

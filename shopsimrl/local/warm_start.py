@@ -139,16 +139,28 @@ def _last_segment_tools(
 
 
 def sft_step(
-    model: Any, items: Sequence[TrainItem], max_tokens: int, trunk: FrozenTrunk | None = None
+    model: Any,
+    items: Sequence[TrainItem],
+    max_tokens: int,
+    trunk: FrozenTrunk | None = None,
+    compute_dtype: torch.dtype = torch.float32,
 ) -> float:
     """Backward of the mean NLL over all assistant tokens of `items` (micro-batched); returns the loss.
     With `trunk` the frozen layers come from it (computed once per distinct token prefix: the system
-    prompt once per warm start; local/trunk.py)."""
+    prompt once per warm start; local/trunk.py); `compute_dtype` is the forwards' precision
+    (`model.compute_dtype`, rollout/generators/precision.py)."""
     total_tokens = float(sum(sum(item.loss_mask) for item in items))
     loss_value = 0.0
     for batch in micro_batches(items, range(len(items)), max_tokens):
         scored = score_responses(
-            model, items, batch, temperature=1.0, with_entropy=False, loss_positions_only=True, trunk=trunk
+            model,
+            items,
+            batch,
+            temperature=1.0,
+            with_entropy=False,
+            loss_positions_only=True,
+            trunk=trunk,
+            compute_dtype=compute_dtype,
         )
         nll = (
             sum(
@@ -233,6 +245,7 @@ def warm_start(
     max_tokens: int = 4096,
     on_step: Callable[[int, float, ProbeResult | None], None] | None = None,
     trunk: FrozenTrunk | None = None,
+    compute_dtype: torch.dtype = torch.float32,
 ) -> WarmStartResult:
     """Supervised steps on expert turns until a probe group has mixed outcomes (or `max_steps`)."""
     rng = random.Random(seed)
@@ -251,7 +264,7 @@ def warm_start(
             )
         ]
         optimizer.zero_grad(set_to_none=True)
-        loss = sft_step(model, batch, max_tokens, trunk)
+        loss = sft_step(model, batch, max_tokens, trunk, compute_dtype)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         result.steps = step

@@ -13,6 +13,7 @@ aside (`*.invalid-<utc>`, never deleted) and the warm start runs again and rebui
 
 The key covers everything the warm-started weights depend on: the base model's identity (the GGUF
 file's sha256, the tiny model's seed, or a start checkpoint's hash), which layers train, the seed,
+the forwards' precision when it is not float32 (`model.compute_dtype`),
 every warm-start setting, the shop profile the expert episodes come from (catalog incl. its level,
 split, tool-call format, turn and token budgets) and the probe's sampling settings (the probe
 decides when the warm start stops). The warm start draws from its own generator seeded with
@@ -31,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.local.config import ModelName, RunConfig
+from shopsimrl.local.config import ComputeDtype, ModelName, RunConfig
 from shopsimrl.local.warm_start import ProbeResult, WarmStartResult
 from shopsimrl.models.checkpoint import CheckpointError, save_checkpoint, verify_checkpoint
 from shopsimrl.storage import atomic_write_json
@@ -67,7 +68,7 @@ def model_identity(config: RunConfig) -> dict[str, Any]:
 def warm_start_key(config: RunConfig) -> dict[str, Any]:
     shopsim = config.shopsim.model_dump(mode="json")
     driver = config.driver.model_dump(mode="json")
-    return {
+    key = {
         "version": CACHE_VERSION,
         "model": model_identity(config),
         "model_seed": config.model.seed,
@@ -76,6 +77,10 @@ def warm_start_key(config: RunConfig) -> dict[str, Any]:
         "shopsim": {key: shopsim[key] for key in _SHOPSIM_KEYS},
         "driver": {key: driver[key] for key in _DRIVER_KEYS},
     }
+    if config.model.compute_dtype is not ComputeDtype.FLOAT32:
+        # bfloat16 forwards give other weights; float32 keeps the key (and the entries) it always had
+        key["compute_dtype"] = config.model.compute_dtype.value
+    return key
 
 
 def key_digest(key: dict[str, Any]) -> str:

@@ -72,6 +72,7 @@ import torch
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
 from shopsimrl.rollout.generators.hidden_tap import HiddenRecorder, HiddenTap
+from shopsimrl.rollout.generators.precision import compute_precision
 from shopsimrl.rollout.generators.prefill import (
     EncodedRows,
     GenerationProfile,
@@ -152,7 +153,9 @@ class BatchedLocalHFGenerator:
         cache_max_bytes: int = DEFAULT_MAX_BYTES,
         draft_tokens: int = DRAFT_TOKENS,
         recorder: HiddenRecorder | None = None,
+        compute_dtype: torch.dtype = torch.float32,
     ):
+        compute_precision(compute_dtype)  # an unknown dtype is an error here, not at the first batch
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         if draft_tokens < 0:
@@ -179,6 +182,8 @@ class BatchedLocalHFGenerator:
         self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
         # Hands every row's hidden states at `recorder.layer` over (hidden_tap.py); with KV reuse only.
         self._recorder = recorder
+        # bfloat16: the forwards under autocast (precision.py); float32 weights either way.
+        self.compute_dtype = compute_dtype
 
     @property
     def stats(self) -> BatchStats:
@@ -346,8 +351,9 @@ class BatchedLocalHFGenerator:
 
     @contextmanager
     def _decoding(self) -> Iterator[None]:
-        """One thread at a time on the model (it, the prefix cache and the stats are shared), no autograd."""
-        with self._model_lock, torch.inference_mode():
+        """One thread at a time on the model (it, the prefix cache and the stats are shared), no autograd,
+        the forwards in the generator's compute precision."""
+        with self._model_lock, torch.inference_mode(), compute_precision(self.compute_dtype):
             yield
 
     def _decodable(self, rows: list[_Row]) -> list[_Row]:

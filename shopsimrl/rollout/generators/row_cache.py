@@ -82,8 +82,10 @@ class RowLayer(CacheLayerMixin):
             raise RuntimeError("a RowCache step writes where RowCache.prepare(fed) said, one row each")
         slots = torch.arange(self.rows)[:, None]
         # advanced indices around a slice put their dimensions first: [rows, fed, kv heads, head dim]
-        self._key_store[slots, :, columns] = key_states.transpose(1, 2)
-        self._value_store[slots, :, columns] = value_states.transpose(1, 2)
+        # Under bfloat16 autocast (precision.py) a step's keys come out float32 (rotary embeddings in
+        # float32) and its values bfloat16, each maybe unlike the prefill's: stored in the buffers' dtype.
+        self._key_store[slots, :, columns] = key_states.transpose(1, 2).to(self._key_store.dtype)
+        self._value_store[slots, :, columns] = value_states.transpose(1, 2).to(self._value_store.dtype)
         self.filled = max(self.filled, int(columns[:, -1].max()) + 1)
         self._narrow()
         return self.keys, self.values
@@ -105,8 +107,8 @@ class RowLayer(CacheLayerMixin):
     def write_row(self, row: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Row `row`'s span (batch-1 tensors), right-aligned at the fill column."""
         start = self.filled - keys.shape[-2]
-        self._key_store[row, :, start : self.filled] = keys[0]
-        self._value_store[row, :, start : self.filled] = values[0]
+        self._key_store[row, :, start : self.filled] = keys[0].to(self._key_store.dtype)
+        self._value_store[row, :, start : self.filled] = values[0].to(self._value_store.dtype)
 
     def move_row(self, source: int, target: int) -> None:
         self._key_store[target, :, : self.filled] = self._key_store[source, :, : self.filled]
