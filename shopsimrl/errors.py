@@ -42,6 +42,12 @@ class ModelServiceError(TechnicalError):
         super().__init__(TechnicalErrorKind.MODEL_SERVICE, message)
 
 
+class StopsTheCommand(Exception):  # noqa: N818 (a mixin of errors, not an error of its own)
+    """Mixin of errors whose message already says what was wrong and where (a missing model, a locked
+    directory, a vanished checkpoint): a command line prints the message as its one line and exits 1
+    (shopsimrl/cli_errors.py), instead of a traceback, which would only hide it."""
+
+
 class ConfigError(ValueError):
     """Invalid configuration; lists every problem found, each with where it was found."""
 
@@ -112,6 +118,18 @@ class StageIncomplete(RuntimeError):
         self.problem = problem
         self.result = result  # the stage's result object (its counts and paths), for callers that want it
         super().__init__(f"{stage} incomplete: {problem}")
+
+
+class RunnerAborted(RuntimeError):
+    """Too many technical failures in a row: the stage stops incomplete and can be resumed."""
+
+
+class RunnerStopped(Exception):
+    """SIGTERM or SIGINT arrived while episodes ran; every finished record is on disk."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
 
 
 class StageInterrupted(SystemExit):

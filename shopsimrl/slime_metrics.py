@@ -57,16 +57,15 @@ from shopsimrl.records import (
 from shopsimrl.rollout.curriculum import ROLLOUT_STEP_ATTR, advance_rollout_step, rollout_step
 from shopsimrl.rollout.filters import REASON_TECHNICAL, ZERO_STD_REASON_PREFIX
 from shopsimrl.storage import append_jsonl, read_jsonl
+from shopsimrl.storage.layout import ANALYSIS_DIR, FAILURE_CARDS_FILE, METRICS_FILE, UNMERGED_METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
 RETRIES_MODULE = "shopsimrl.rollout.retries"
-UNMERGED_METRICS_FILE = "unmerged_rollout_metrics.jsonl"
-METRICS_FILE = "metrics.jsonl"  # the stage's audit record (shopsimrl.tracking.METRICS_FILE)
 # Set True on `args` by a driver whose own logger writes <run_dir>/metrics.jsonl (the local backend);
 # absent under slime, where this hook is the only writer of that file.
 DRIVER_WRITES_METRICS_ATTR = "shopsim_driver_writes_metrics"
-FAILURE_CARDS_PATH = Path("..") / "analysis" / "failure_cards.jsonl"  # relative to the stage run_dir
+FAILURE_CARDS_PATH = Path("..") / ANALYSIS_DIR / FAILURE_CARDS_FILE  # relative to the stage run_dir
 
 
 @dataclass

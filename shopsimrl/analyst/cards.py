@@ -22,9 +22,9 @@ from shopsimrl.records import GroupTrace, RetryResult, TriageRecord
 from shopsimrl.shop.failure_modes import FailureMode, classify_trajectory, group_mode
 from shopsimrl.storage import append_jsonl, atomic_write_bytes, read_jsonl
 from shopsimrl.storage.jsonl import dumps_record
+from shopsimrl.storage.layout import FAILURE_CARDS_FILE as CARDS_FILE
 
 CARD_SCHEMA_VERSION = 1
-CARDS_FILE = "failure_cards.jsonl"
 
 
 class CardStatus(StrEnum):

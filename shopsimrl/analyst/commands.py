@@ -15,8 +15,9 @@ from urllib.parse import urlparse
 
 import click
 
+from shopsimrl.cli_errors import cli_errors
 from shopsimrl.cli_options import parse_sets, wandb_options
-from shopsimrl.errors import ConfigError, StageIncomplete, rerun_command
+from shopsimrl.errors import ConfigError
 from shopsimrl.tracking.settings import WandbMode, WandbSettings
 
 # The public W&B cloud: wandb 0.31's default server is CoreWeave Forge's proxy of api.wandb.ai.
@@ -90,27 +91,20 @@ def analyze(config_path: Path, sets: tuple[str, ...], wandb_settings: WandbSetti
     Example: python scripts/run_shopsimrl.py training analyze configs/local/analysis.yaml
     --wandb --wandb-project "$WANDB_PROJECT"
     """
-    from shopsimrl.analyst.sidecar import CardsLockedError, ValidationTaskRefused
-    from shopsimrl.analyst.stage import AnalysisError, check_wandb_group, run_analysis
+    from shopsimrl.analyst.stage import check_wandb_group, run_analysis
 
     config = _load(config_path, sets)
     wandb_settings = _round_group(config, wandb_settings)
-    try:
+    with cli_errors("analysis"):
         check_wandb_group(config, wandb_settings)
-    except AnalysisError as exc:
-        raise click.ClickException(str(exc)) from None
     notice = upload_notice(wandb_settings)
     if notice and not keep_cards_local:
         click.echo(notice, err=True)
         if wandb_settings.mode is WandbMode.ONLINE and sys.stdin.isatty():
             keep_cards_local = not click.confirm("Upload failure_cards.jsonl to the public W&B cloud?", default=False)
-    try:
+    # An incomplete analysis wrote every file: its counts first, then the retry line.
+    with cli_errors("analysis", on_incomplete=lambda exc: _echo_result(exc.result)):
         result = run_analysis(config, settings=wandb_settings, echo=click.echo, keep_cards_local=keep_cards_local)
-    except (ConfigError, AnalysisError, CardsLockedError, ValidationTaskRefused) as exc:
-        raise click.ClickException(str(exc)) from None
-    except StageIncomplete as exc:  # every file is written; the failed part is retried by the same command
-        _echo_result(exc.result)
-        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
     _echo_result(result)
 
 

@@ -21,8 +21,7 @@ from pydantic import ValidationError
 
 from shopsimrl.skills.candidates import LedgerEntry, LedgerEvent
 from shopsimrl.storage import append_jsonl, read_jsonl
-
-LEDGER_FILE = "proposal_ledger.jsonl"
+from shopsimrl.storage.layout import PROPOSAL_LEDGER_FILE as LEDGER_FILE
 
 
 def ledger_path(analysis_dir: str | os.PathLike[str]) -> Path:

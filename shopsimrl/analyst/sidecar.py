@@ -12,7 +12,6 @@ Validation- and test-split tasks are refused: they feed the gate and must never 
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from shopsimrl.analyst.cards import (
     retry_request_id,
     sync_cards,
 )
+from shopsimrl.errors import StopsTheCommand
 from shopsimrl.records import (
     TRIAGE_FILE,
     GroupTrace,
@@ -42,6 +42,7 @@ from shopsimrl.records import (
     read_group_trace,
     read_retry_results,
 )
+from shopsimrl.stages import directory_lock
 from shopsimrl.storage import read_jsonl, repair_torn_tail
 
 logger = logging.getLogger(__name__)
@@ -49,11 +50,11 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".failure_cards.lock"
 
 
-class CardsLockedError(RuntimeError):
+class CardsLockedError(StopsTheCommand, RuntimeError):
     """Another process (a sidecar or the analysis stage) is writing the failure cards."""
 
 
-class ValidationTaskRefused(ValueError):
+class ValidationTaskRefused(StopsTheCommand, ValueError):
     """A validation or test task was about to reach the Failure Analyst."""
 
 
@@ -75,19 +76,15 @@ def refuse_held_out(task_id: str, split: Any, where: str) -> None:
 def cards_lock(analysis_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold the failure cards' writer lock, or raise `CardsLockedError` at once."""
     directory = Path(analysis_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_FILE
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CardsLockedError(
-                f"{path}: another sidecar or analysis stage is writing {cards_path(directory)}; stop it first"
-            ) from None
+
+    def busy(holder: str) -> CardsLockedError:
+        return CardsLockedError(
+            f"{path}: another sidecar or analysis stage is writing {cards_path(directory)}; stop it first"
+        )
+
+    with directory_lock(path, busy=busy):
         yield path
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass

@@ -42,22 +42,22 @@ from shopsimrl.analyst.ledger import LedgerHistory, append_entries, count_record
 from shopsimrl.analyst.lessons import LessonBackend, make_backend
 from shopsimrl.analyst.sidecar import Sidecar, ValidationTaskRefused, cards_lock, refuse_held_out
 from shopsimrl.analyst.trial import TrialRunner, lesson_sha256, load_trial_policy
-from shopsimrl.errors import StageIncomplete, TornRecordError
+from shopsimrl.errors import StageIncomplete, StopsTheCommand, TornRecordError
 from shopsimrl.metrics import names as m
 from shopsimrl.records import TRIAGE_FILE, TriageReason, TriageRecord, read_retry_results, read_triage
 from shopsimrl.skills.skillbank import Skillbank, empty_skillbank, load_skillbank
-from shopsimrl.storage import atomic_write_json, json_bytes, read_jsonl
+from shopsimrl.storage import atomic_write_json, file_sha256, json_bytes, read_jsonl
 from shopsimrl.storage.jsonl import iter_jsonl_lines
+from shopsimrl.storage.layout import CANDIDATE_POOL_FILE as POOL_FILE
+from shopsimrl.storage.layout import SUMMARY_FILE
 from shopsimrl.tracking import StageLogger, WandbSettings
 
-SUMMARY_FILE = "analysis_summary.json"
-POOL_FILE = "candidate_pool.json"
 ARTIFACT_NAME = "shopsimrl-analysis"
 ARTIFACT_TYPE = "analysis"
 SUMMARY_SCHEMA_VERSION = 1
 
 
-class AnalysisError(RuntimeError):
+class AnalysisError(StopsTheCommand, RuntimeError):
     """The stage cannot run (no training stage directory, ...); one line saying what and where."""
 
 
@@ -76,7 +76,7 @@ def skillbank_of(path: str | None) -> tuple[Skillbank, str]:
     if not path:
         bank = empty_skillbank()
         return bank, hashlib.sha256(json_bytes(bank.model_dump(mode="json"))).hexdigest()
-    return load_skillbank(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return load_skillbank(path), file_sha256(path)
 
 
 def check_wandb_group(config: AnalysisConfig, settings: WandbSettings) -> None:

@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
+from shopsimrl.cli_errors import cli_errors
 from shopsimrl.cli_options import parse_sets, wandb_options
-from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted, rerun_command
+from shopsimrl.errors import ConfigError
+from shopsimrl.storage.layout import EVAL_REPORT_FILE
 
 _FLAGS = ("checkpoint", "split", "tasks", "seeds", "mask", "skillbank", "name", "group")
 
@@ -43,42 +45,30 @@ def eval_command(config_path: Path | None, compare_dir: Path | None, sets: tuple
     Example: shopsimrl eval configs/local/eval.yaml --checkpoint checkpoints/local-demo-round-000
     """
     from shopsimrl.evaluation.config import load_eval_config
-    from shopsimrl.evaluation.runner import RunnerAborted
     from shopsimrl.evaluation.stage import run_eval
-    from shopsimrl.models.smollm2 import ModelUnavailableError
 
     overrides = {key: value for key, value in flags.items() if key in _FLAGS and value is not None}
     overrides |= parse_sets(sets, example="episode.temperature=0.7")
-    try:
+    with cli_errors("eval"):
         config = load_eval_config(config_path, overrides)
         settings = wandb_settings if wandb_settings.group else replace(wandb_settings, group=config.group)
         baseline = _load_baseline(compare_dir) if compare_dir is not None else None
         result = run_eval(config, settings=settings, echo=click.echo, progress=not no_progress,
                           compare_with=None if baseline is None else (f"--compare {baseline[0]}", baseline[1]))
-    except (ConfigError, ModelUnavailableError) as exc:
-        raise click.ClickException(str(exc)) from None
-    except RunnerAborted as exc:
-        raise click.ClickException(f"eval incomplete: {exc}") from None
-    except StageIncomplete as exc:  # too many unscorable episodes: no report; the same command retries them
-        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
-    except StageInterrupted as exc:  # one line, never the traceback of the episodes in flight
-        click.echo(f"{exc}; resume: {rerun_command()}", err=True)
-        raise SystemExit(exc.code) from None
     for line in result.lines:
         click.echo(line)
-    click.echo(f"  report: {result.eval_dir / 'eval_report.json'}")
+    click.echo(f"  report: {result.eval_dir / EVAL_REPORT_FILE}")
     if baseline is not None:
         _compare(baseline, result, config.bootstrap_samples, config.seed)
 
 
 def _load_baseline(directory: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     from shopsimrl.config.files import parse_json, read_config_text
-    from shopsimrl.evaluation.report import REPORT_FILE
     from shopsimrl.evaluation.stage import EPISODES_FILE
 
-    report_path = directory / REPORT_FILE
+    report_path = directory / EVAL_REPORT_FILE
     if not report_path.is_file():
-        raise ConfigError(str(directory), [f"--compare: no {REPORT_FILE} (not a finished evaluation)"])
+        raise ConfigError(str(directory), [f"--compare: no {EVAL_REPORT_FILE} (not a finished evaluation)"])
     report = parse_json(read_config_text(report_path), str(report_path))
     return directory, report, _scored(directory / EPISODES_FILE)
 

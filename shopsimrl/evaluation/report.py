@@ -14,7 +14,6 @@ from typing import Any
 from shopsimrl.evaluation.runner import EvaluationStatus, PlannedEpisode
 from shopsimrl.evaluation.stats import CONFIDENCE, cluster_bootstrap, paired_difference, wilson
 
-REPORT_FILE = "eval_report.json"
 REPORT_SCHEMA_VERSION = 1
 COMPARISON_SCHEMA_VERSION = 1
 OUTCOMES = ("success", "reward", "strict_reward")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from shopsimrl.config import ShopSimOptions
+from shopsimrl.errors import RunnerAborted, RunnerStopped
 from shopsimrl.evaluation.episode import PlannedEpisode
 from shopsimrl.rollout.agent import run_trajectory
 from shopsimrl.shop import Catalog, Task
@@ -51,18 +52,6 @@ class EvaluationStatus(StrEnum):
 
 
 FINAL = (EvaluationStatus.SCORED, EvaluationStatus.UNSCORABLE)
-
-
-class RunnerAborted(RuntimeError):
-    """Too many technical failures in a row: the stage stops incomplete and can be resumed."""
-
-
-class RunnerStopped(Exception):
-    """SIGTERM or SIGINT arrived while episodes ran; every finished record is on disk."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
 
 
 @contextmanager

@@ -12,19 +12,19 @@ evaluation resumes, a changed one never mixes its episodes) -> run the episodes 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shopsimrl.config.files import parse_json, read_config_text
-from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted
+from shopsimrl.errors import ConfigError, StageIncomplete
 from shopsimrl.evaluation.config import EvalConfig
 from shopsimrl.evaluation.episode import PlannedEpisode
 from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
 from shopsimrl.evaluation.hashes import task_set_sha256
 from shopsimrl.evaluation.plan import KEY_FIELDS, plan_episodes
-from shopsimrl.evaluation.report import REPORT_FILE, build_report, comparability_problems, report_lines
+from shopsimrl.evaluation.report import build_report, comparability_problems, report_lines
 from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import (
     CHECKPOINT_MANIFEST,
@@ -32,13 +32,14 @@ from shopsimrl.models.checkpoint import (
     checkpoint_sha256,
     latest_checkpoint,
 )
+from shopsimrl.stages import register_inputs, stage_session
 from shopsimrl.storage import atomic_write_json, file_sha256
-from shopsimrl.tracking import StageLogger, WandbSettings
+from shopsimrl.storage.layout import EPISODES_FILE, EVAL_REPORT_FILE
+from shopsimrl.storage.layout import EVAL_PLAN_FILE as PLAN_FILE
+from shopsimrl.tracking import WandbSettings
 
 STAGE = "eval"
 ARTIFACT_NAME = "shopsimrl-eval"
-PLAN_FILE = "eval_plan.json"
-EPISODES_FILE = "episodes.jsonl"
 PLAN_SCHEMA_VERSION = 1
 
 
@@ -75,11 +76,16 @@ def run_eval(config: EvalConfig, *, settings: WandbSettings | None = None,
                             mask=tuple(inputs.plan["skills"]))
     _register(eval_dir, inputs.plan)
     path = eval_dir / EPISODES_FILE
-    with StageLogger(eval_dir, stage=STAGE, settings=settings, config=config.model_dump(mode="json")) as log:
+
+    def where() -> str:  # one line with the coverage, never the episodes' tracebacks
+        done = len(_state(path, planned).final)
+        return f"{done}/{len(planned)} episodes final (coverage {done / len(planned):.2f}) in {path}"
+
+    with stage_session(STAGE, eval_dir, settings=settings, config=config.model_dump(mode="json"), where=where) as log:
         state = _state(path, planned)
         if state.torn_tail:
             echo(f"eval: {state.torn_tail}; that episode runs again")
-        from shopsimrl.evaluation.runner import RunnerStopped, Todo
+        from shopsimrl.evaluation.runner import Todo
 
         max_unscorable = config.generator.max_unscorable_fraction
         retry = state.retry_keys(len(planned), max_unscorable)
@@ -91,12 +97,7 @@ def run_eval(config: EvalConfig, *, settings: WandbSettings | None = None,
         echo(f"eval: {len(planned)} episodes planned ({config.tasks} {config.split} tasks x {config.seeds} seeds), "
              f"{len(planned) - len(todo)} already final, {len(todo)} to run -> {eval_dir}")
         if todo:
-            try:
-                _run_episodes(config, inputs, todo, path, echo, progress)
-            except RunnerStopped as exc:  # one line with the coverage, never the episodes' tracebacks
-                done = len(_state(path, planned).final)
-                raise StageInterrupted(STAGE, exc.signum, f"{done}/{len(planned)} episodes final "
-                                       f"(coverage {done / len(planned):.2f}) in {path}") from None  # fmt: skip
+            _run_episodes(config, inputs, todo, path, echo, progress)
         state = _state(path, planned)
         missing = len(planned) - len(state.final)
         if missing:  # only after an abort, which raised above; or a concurrent edit of the file
@@ -106,9 +107,9 @@ def run_eval(config: EvalConfig, *, settings: WandbSettings | None = None,
             raise StageIncomplete(STAGE, f"{problem}; no report written")
         report = build_report(inputs.plan, planned, state.final, bootstrap_samples=config.bootstrap_samples,
                               seed=config.seed)
-        atomic_write_json(eval_dir / REPORT_FILE, report)
+        atomic_write_json(eval_dir / EVAL_REPORT_FILE, report)
         log.log(eval_metrics(report))
-        log.log_artifact(ARTIFACT_NAME, STAGE, [p for p in (eval_dir / PLAN_FILE, path, eval_dir / REPORT_FILE)])
+        log.log_artifact(ARTIFACT_NAME, STAGE, [p for p in (eval_dir / PLAN_FILE, path, eval_dir / EVAL_REPORT_FILE)])
     return EvalResult(eval_dir, report, report_lines(report))
 
 
@@ -158,8 +159,8 @@ def _resolve_checkpoint(checkpoint: str) -> Path:
 
 
 def _load_inputs(config: EvalConfig) -> _Inputs:
-    from shopsimrl.skills.skillbank import empty_skillbank, load_skillbank
     from shopsimrl.shop import load_split
+    from shopsimrl.skills.skillbank import empty_skillbank, load_skillbank
 
     problems: list[str] = []
     checkpoint, checkpoint_hash, rollout_id = config.checkpoint, None, None
@@ -230,19 +231,17 @@ def _load_inputs(config: EvalConfig) -> _Inputs:
 
 def _register(eval_dir: Path, plan: dict[str, Any]) -> None:
     """Write the plan before the first episode, or refuse a re-run whose plan differs."""
-    path = eval_dir / PLAN_FILE
-    if path.exists():
-        stored = parse_json(read_config_text(path), str(path))
-        differences = [
-            f"{key}: stored {stored.get(key)!r}, now {plan.get(key)!r}"
-            for key in sorted(set(stored) | set(plan)) if stored.get(key) != plan.get(key)
-        ]
-        if differences:
-            raise ConfigError(str(path), [*differences, f"evaluate into another directory (--name) or remove {eval_dir}"])
-        return
-    if (eval_dir / EPISODES_FILE).exists():
-        raise ConfigError(str(eval_dir), [f"{EPISODES_FILE} exists without {PLAN_FILE}: refusing to guess its inputs"])
-    atomic_write_json(path, plan)
+    register_inputs(eval_dir / PLAN_FILE, plan, records=eval_dir / EPISODES_FILE,
+                    compare=lambda stored, fresh, where: _refuse_other_plan(stored, fresh, where, eval_dir))
+
+
+def _refuse_other_plan(stored: dict[str, Any], plan: Mapping[str, Any], where: str, eval_dir: Path) -> None:
+    differences = [
+        f"{key}: stored {stored.get(key)!r}, now {plan.get(key)!r}"
+        for key in sorted(set(stored) | set(plan)) if stored.get(key) != plan.get(key)
+    ]
+    if differences:
+        raise ConfigError(where, [*differences, f"evaluate into another directory (--name) or remove {eval_dir}"])
 
 
 def _run_episodes(config: EvalConfig, inputs: _Inputs, todo: list[Any], path: Path,

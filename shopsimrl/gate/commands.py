@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from shopsimrl.cli_errors import cli_errors
 from shopsimrl.cli_options import parse_sets, wandb_options
-from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted, rerun_command
 
 
 @click.command("online-gate")
@@ -26,23 +26,11 @@ def online_gate(config_path: Path, sets: tuple[str, ...], no_progress: bool, wan
     Example: python scripts/run_shopsimrl.py training online-gate configs/trace2skill_online_gate.yaml
     --wandb --wandb-project "$WANDB_PROJECT" --wandb-group "$WANDB_GROUP"
     """
-    from shopsimrl.evaluation.runner import RunnerAborted
     from shopsimrl.gate.config import load_gate_config
-    from shopsimrl.gate.guards import GateLocked
     from shopsimrl.gate.stage import run_gate
-    from shopsimrl.models.smollm2 import ModelUnavailableError
 
-    try:
+    with cli_errors("gate"):
         config = load_gate_config(config_path, parse_sets(sets, example="design.tasks=8"))
         result = run_gate(config, settings=wandb_settings, echo=click.echo, progress=not no_progress)
-    except (ConfigError, ModelUnavailableError, GateLocked) as exc:
-        raise click.ClickException(str(exc)) from None
-    except RunnerAborted as exc:
-        raise click.ClickException(f"gate incomplete: {exc}") from None
-    except StageIncomplete as exc:  # too many unscorable evaluations: no decision; the same command retries them
-        raise click.ClickException(f"{exc}; retry: {rerun_command()}") from None
-    except StageInterrupted as exc:  # one line, never the traceback of the episodes in flight
-        click.echo(f"{exc}; resume: {rerun_command()}", err=True)
-        raise SystemExit(exc.code) from None
     for line in result.lines:
         click.echo(line)

@@ -7,51 +7,36 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shopsimrl.errors import ConfigError
+from shopsimrl.errors import ConfigError, StopsTheCommand
 from shopsimrl.evaluation.runner import EvaluationStatus
+from shopsimrl.stages import directory_lock
 from shopsimrl.storage import read_jsonl
+from shopsimrl.storage.layout import GATE_LOCK_FILE as LOCK_FILE
 
-LOCK_FILE = "gate.lock"
 OUTCOME_FIELDS = ("success", "reward", "strict_reward")  # what the estimate reads from a scored record
 
 
-class GateLocked(RuntimeError):
+class GateLocked(StopsTheCommand, RuntimeError):
     """Another process runs a gate on this directory."""
 
 
 @contextmanager
 def gate_lock(gate_dir: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on `gate_dir/gate.lock` for the block; the file names the holder's PID.
+    """Hold the stage kit's `directory_lock` on `gate_dir/gate.lock` for the block (it names the holder's PID).
 
-    Two gates on one directory would append to one evaluations.jsonl and both decide. The OS drops
-    the lock when the holder's process ends however it ends (SIGKILL included), so a lock file left
-    behind never blocks a resume; the file itself is never deleted (deleting it would let a third
-    process lock a fresh file while the second still holds the old one).
+    Two gates on one directory would append to one evaluations.jsonl and both decide.
     """
-    gate_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(gate_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held past this frame)
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"  # empty between the holder's lock and its write
-        handle.close()
-        raise GateLocked(f"{gate_dir} is in use by another gate (PID {holder}); wait for it to end") from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+
+    def busy(holder: str) -> GateLocked:
+        return GateLocked(f"{gate_dir} is in use by another gate (PID {holder}); wait for it to end")
+
+    with directory_lock(gate_dir / LOCK_FILE, busy=busy):
         yield
-    finally:
-        handle.close()  # releases the lock
 
 
 def refuse_conflicting_finals(path: Path, key_fields: Sequence[str]) -> None:

@@ -36,14 +36,15 @@ from shopsimrl.skills.candidates import (
 from shopsimrl.skills.skillbank import Skillbank
 from shopsimrl.storage import atomic_write_json, atomic_write_text
 from shopsimrl.storage.jsonl import dumps_record
+from shopsimrl.storage.layout import (
+    CONTRIBUTIONS_FILE,
+    MASK_ASSIGNMENTS_FILE,
+    SELECTED_SKILL_FILE,
+    SELECTED_SKILLBANK_FILE,
+)
+from shopsimrl.storage.layout import GATE_MANIFEST_FILE as MANIFEST_FILE
+from shopsimrl.storage.layout import PROPOSAL_LEDGER_FILE as LEDGER_FILE
 
-MANIFEST_FILE = "online_gate_manifest.json"
-EVALUATIONS_FILE = "evaluations.jsonl"
-MASK_ASSIGNMENTS_FILE = "mask_assignments.json"
-CONTRIBUTIONS_FILE = "contributions.json"
-SELECTED_SKILLBANK_FILE = "selected_skillbank.json"
-SELECTED_SKILL_FILE = "selected_skill.md"
-LEDGER_FILE = "proposal_ledger.jsonl"
 # The six files of the gate artifact (docs/gate.md, "Files").
 ARTIFACT_FILES = (
     MANIFEST_FILE,

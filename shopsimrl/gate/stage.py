@@ -15,8 +15,6 @@ end it with `StageInterrupted` (exit code 128 + signal): where it stopped and th
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +23,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from shopsimrl.config.files import validation_problems
-from shopsimrl.errors import ConfigError, StageIncomplete, StageInterrupted
+from shopsimrl.errors import ConfigError, StageIncomplete
 from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT
 from shopsimrl.evaluation.runner import (
     EpisodeRunner,
     EvaluationState,
     EvaluationStatus,
     PlannedEpisode,
-    RunnerStopped,
     Todo,
 )
 from shopsimrl.evaluation.serving import episode_options, load_generator
@@ -48,7 +45,6 @@ from shopsimrl.gate.manifest import (
 )
 from shopsimrl.gate.outputs import (
     CONTRIBUTIONS_FILE,
-    EVALUATIONS_FILE,
     MANIFEST_FILE,
     MASK_ASSIGNMENTS_FILE,
     TABLE_COLUMNS,
@@ -66,7 +62,9 @@ from shopsimrl.metrics import names
 from shopsimrl.models.checkpoint import CheckpointError, checkpoint_sha256
 from shopsimrl.skills.candidates import CandidatePool, apply_interventions
 from shopsimrl.skills.skillbank import Skillbank, load_skillbank
+from shopsimrl.stages import register_inputs, stage_session
 from shopsimrl.storage import atomic_write_json, file_sha256
+from shopsimrl.storage.layout import EVALUATIONS_FILE
 from shopsimrl.tracking import StageLogger, WandbSettings
 
 STAGE = "gate"
@@ -125,82 +123,70 @@ def _run_locked(config: GateConfig, inputs: _Inputs, settings: WandbSettings | N
     _register(config, design, inputs.hashes, gate_dir)
     evaluations_path = gate_dir / EVALUATIONS_FILE
     result = GateResult(gate_dir, design.planned, 0, False)
-    with StageLogger(gate_dir, stage=STAGE, settings=settings, config=config.model_dump(mode="json")) as log:
-        try:
+
+    def log_incomplete(log: StageLogger) -> None:  # killed, interrupted or aborted: no decision file
+        final = _state(evaluations_path, design).final if evaluations_path.exists() else {}
+        result.finished = len(final)
+        _log_incomplete(log, gate_dir, result.coverage)
+
+    def where() -> str:
+        return f"{result.finished}/{design.planned} evaluations final (coverage {result.coverage:.2f}) in {evaluations_path}"
+
+    with stage_session(STAGE, gate_dir, settings=settings, config=config.model_dump(mode="json"), where=where,
+                       on_incomplete=log_incomplete) as log:  # fmt: skip
+        state = _state(evaluations_path, design)
+        if state.torn_tail:
+            echo(f"gate: {state.torn_tail}; that evaluation runs again")
+        retry = state.retry_keys(design.planned, config.generator.max_unscorable_fraction)
+        if retry:
+            echo(f"gate: {len(retry)} unscorable evaluations run again (more than "
+                 f"generator.max_unscorable_fraction {config.generator.max_unscorable_fraction:.2f})")
+        waiting = sum(1 for key in design.evaluation_keys() if key not in state.final or key in retry)
+        looks = f", {len(plan.looks)} looks: {', '.join(str(2 * look.pairs) for look in plan.looks)}" \
+            if plan.sequential else ""  # fmt: skip
+        echo(
+            f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}{looks}), "
+            f"{design.planned - waiting} already final, {waiting} to run"
+        )
+        run = _evaluator(config, inputs, evaluations_path, echo, progress)
+        # The sequential gate (sequential.py): the evaluations of each look's prefix of the design, then its
+        # estimate; a look depends only on the final records of its prefix, so a resume decides the same.
+        # A fixed gate is the one-look case.
+        for look in plan.looks:
+            todo = [  # a retried unscorable evaluation gets its attempts afresh (numbered from 1 again)
+                Todo(episode, 0 if episode.key in retry else state.attempts.get(episode.key, 0))
+                for episode in planned_episodes(design)[: 2 * look.pairs]
+                if episode.key not in state.final or episode.key in retry
+            ]
+            retry -= {item.episode.key for item in todo}
+            if todo:
+                run(todo)
             state = _state(evaluations_path, design)
-            if state.torn_tail:
-                echo(f"gate: {state.torn_tail}; that evaluation runs again")
-            retry = state.retry_keys(design.planned, config.generator.max_unscorable_fraction)
-            if retry:
-                echo(f"gate: {len(retry)} unscorable evaluations run again (more than "
-                     f"generator.max_unscorable_fraction {config.generator.max_unscorable_fraction:.2f})")
-            waiting = sum(1 for key in design.evaluation_keys() if key not in state.final or key in retry)
-            looks = f", {len(plan.looks)} looks: {', '.join(str(2 * look.pairs) for look in plan.looks)}" \
-                if plan.sequential else ""  # fmt: skip
-            echo(
-                f"gate: {design.planned} evaluations planned ({len(design.pairs)} pairs, K={len(candidates)}{looks}), "
-                f"{design.planned - waiting} already final, {waiting} to run"
-            )
-            run = _evaluator(config, inputs, evaluations_path, echo, progress)
-            # The sequential gate (sequential.py): the evaluations of each look's prefix of the design, then its
-            # estimate; a look depends only on the final records of its prefix, so a resume decides the same.
-            # A fixed gate is the one-look case.
-            for look in plan.looks:
-                todo = [  # a retried unscorable evaluation gets its attempts afresh (numbered from 1 again)
-                    Todo(episode, 0 if episode.key in retry else state.attempts.get(episode.key, 0))
-                    for episode in planned_episodes(design)[: 2 * look.pairs]
-                    if episode.key not in state.final or episode.key in retry
-                ]
-                retry -= {item.episode.key for item in todo}
-                if todo:
-                    run(todo)
-                state = _state(evaluations_path, design)
-                final = {key: state.final[key] for key in design.evaluation_keys()[: 2 * look.pairs] if key in state.final}
-                result.finished = len(state.final)
-                if len(final) < 2 * look.pairs:  # unreachable unless evaluations.jsonl is edited concurrently
-                    raise RuntimeError(f"{2 * look.pairs - len(final)} evaluations are still missing")
-                problem = EvaluationState(final, {}, None).unscorable_problem(
-                    2 * look.pairs, config.generator.max_unscorable_fraction, "evaluations")
-                if problem is not None and look is plan.looks[-1]:  # a decision would hide an outage: none is written
-                    raise StageIncomplete(STAGE, f"{problem}; no decision written", result)
-                if problem is not None:  # nor does an interim look decide on what is left: the gate goes on
-                    continue
-                estimates = _estimates(config, design, final, look.alpha)
-                decision = decide_look(estimates[config.design.outcome.value], look, plan.looks,
-                                       min_effect=config.design.min_effect_for(config.design.outcome),
-                                       futility=config.design.futility)
-                if plan.sequential:
-                    echo(f"gate: {look.describe(len(plan.looks))}: "
-                         + ("stop" if decision.stop else "continue (a candidate is still open)"))
-                if decision.stop:
-                    break
-            result.complete = True
-            document = _decide(config, inputs, plan, final, estimates, decision)
-            result.document = document
-            result.lines = summary_lines(config, document)
-            _log_complete(log, gate_dir, document)
-        except BaseException as exc:
-            final = _state(evaluations_path, design).final if evaluations_path.exists() else {}
-            result.finished = len(final)
-            _log_incomplete(log, gate_dir, result.coverage)
-            signum = _signal_of(exc)
-            if signum is None:
-                raise
-            raise StageInterrupted(STAGE, signum, f"{result.finished}/{design.planned} evaluations final "
-                                   f"(coverage {result.coverage:.2f}) in {evaluations_path}") from None  # fmt: skip
+            final = {key: state.final[key] for key in design.evaluation_keys()[: 2 * look.pairs] if key in state.final}
+            result.finished = len(state.final)
+            if len(final) < 2 * look.pairs:  # unreachable unless evaluations.jsonl is edited concurrently
+                raise RuntimeError(f"{2 * look.pairs - len(final)} evaluations are still missing")
+            problem = EvaluationState(final, {}, None).unscorable_problem(
+                2 * look.pairs, config.generator.max_unscorable_fraction, "evaluations")
+            if problem is not None and look is plan.looks[-1]:  # a decision would hide an outage: none is written
+                raise StageIncomplete(STAGE, f"{problem}; no decision written", result)
+            if problem is not None:  # nor does an interim look decide on what is left: the gate goes on
+                continue
+            estimates = _estimates(config, design, final, look.alpha)
+            decision = decide_look(estimates[config.design.outcome.value], look, plan.looks,
+                                   min_effect=config.design.min_effect_for(config.design.outcome),
+                                   futility=config.design.futility)
+            if plan.sequential:
+                echo(f"gate: {look.describe(len(plan.looks))}: "
+                     + ("stop" if decision.stop else "continue (a candidate is still open)"))
+            if decision.stop:
+                break
+        result.complete = True
+        document = _decide(config, inputs, plan, final, estimates, decision)
+        result.document = document
+        result.lines = summary_lines(config, document)
+        _log_complete(log, gate_dir, document)
     return result
-
-
-def _signal_of(exc: BaseException) -> int | None:
-    """The signal that stopped the stage: SIGTERM/SIGINT during the episodes (RunnerStopped), or the
-    StageLogger's SIGTERM (SystemExit 143) / Ctrl-C outside them; None for any other exception."""
-    if isinstance(exc, RunnerStopped):
-        return exc.signum
-    if isinstance(exc, KeyboardInterrupt):
-        return signal.SIGINT
-    if isinstance(exc, SystemExit) and not isinstance(exc, StageInterrupted) and exc.code == 128 + signal.SIGTERM:
-        return signal.SIGTERM
-    return None
 
 
 def _load_inputs(config: GateConfig) -> _Inputs:
@@ -292,15 +278,8 @@ def _register(config: GateConfig, design: Design, hashes: dict[str, str], gate_d
         episode=config.episode.model_dump(mode="json") | {"catalog": config.catalog.model_dump(mode="json")},
         backend=config.generator.backend.value,
     )
-    manifest_path = gate_dir / MANIFEST_FILE
-    if manifest_path.exists():
-        stored = json.loads(manifest_path.read_text(encoding="utf-8"))
-        check_resume(stored, fresh, str(manifest_path))
-        return
-    if (gate_dir / EVALUATIONS_FILE).exists():
-        raise ConfigError(str(gate_dir), [f"{EVALUATIONS_FILE} exists without {MANIFEST_FILE}: refusing to guess its inputs"])
-    atomic_write_json(gate_dir / MASK_ASSIGNMENTS_FILE, design.to_json())
-    atomic_write_json(manifest_path, fresh)  # last: its existence means the design is registered
+    register_inputs(gate_dir / MANIFEST_FILE, fresh, records=gate_dir / EVALUATIONS_FILE, compare=check_resume,
+                    before=lambda: atomic_write_json(gate_dir / MASK_ASSIGNMENTS_FILE, design.to_json()))
 
 
 def _evaluator(config: GateConfig, inputs: _Inputs, path: Path, echo: Callable[[str], None],

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
+from shopsimrl.cli_errors import cli_errors
 from shopsimrl.cli_options import parse_sets
-from shopsimrl.errors import ConfigError, StartupError, StorageError
+from shopsimrl.errors import ConfigError
 
 DEFAULT_DEMO_CONFIG = Path("configs/local/demo_round.yaml")  # its `train:` section is the demo's training
 DEFAULT_SMOKE_CONFIG = Path("configs/local/smoke.yaml")
@@ -37,15 +38,13 @@ def _load(
 def _run(config: Any, *, settings: Any = None, progress: bool = True) -> Any:
     from shopsimrl.local.progress import ProgressPrinter
     from shopsimrl.local.run import run_training
-    from shopsimrl.models.smollm2 import ModelUnavailableError
 
     printer = ProgressPrinter(config, enabled=progress)
+    # StorageError (a full or read-only disk mid-run) is one line too: the failure record (if it
+    # could be written) already holds the traceback, the operator needs the path and the cause.
     try:
-        return run_training(config, settings=settings, echo=click.echo, on_event=printer.on_event)
-    except (ConfigError, ModelUnavailableError, StartupError, StorageError) as exc:
-        # StorageError: a full or read-only disk mid-run; the failure record (if it could be
-        # written) already holds the traceback, the operator needs the path and the cause.
-        raise click.ClickException(str(exc)) from None
+        with cli_errors("train"):
+            return run_training(config, settings=settings, echo=click.echo, on_event=printer.on_event)
     finally:
         printer.close()
 

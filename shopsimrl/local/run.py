@@ -36,10 +36,9 @@ from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import load_split
 from shopsimrl.slime_metrics import reset_process_state
 from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage.layout import RUN_RECORD_FILE as RUN_MANIFEST
 from shopsimrl.tracking import StageLogger, WandbSettings
 from shopsimrl.tracking.failure_record import failure_recording
-
-RUN_MANIFEST = "local_run.json"  # write_run_record: what a finished training produced
 
 
 @dataclass

@@ -29,8 +29,8 @@ from typing import Any
 
 from shopsimrl.metrics import names as m
 from shopsimrl.storage import atomic_write_json, read_jsonl
+from shopsimrl.storage.layout import METRICS_FILE, SMOKE_REPORT_FILE
 
-SMOKE_REPORT_FILE = "smoke_report.json"
 SMOKE_SCHEMA_VERSION = 1
 SLIME_NATIVE_ROLLOUT_KEYS = (
     m.ROLLOUT_STEP.name,
@@ -96,7 +96,7 @@ def evaluate_smoke(
     in_group_reward_difference: bool,
 ) -> SmokeReport:
     """Check every criterion on `<stage_dir>/metrics.jsonl`; nothing here trusts in-memory results."""
-    read = read_jsonl(stage_dir / "metrics.jsonl")
+    read = read_jsonl(stage_dir / METRICS_FILE)
     rows = [r for r in read.records if isinstance(r, dict)]
     train_rows = [r for r in rows if m.TRAIN_STEP.name in r]
     rollout_rows = [r for r in rows if m.ROLLOUT_STEP.name in r and m.PERF_ROLLOUT_TIME.name in r]

@@ -27,8 +27,7 @@ from typing import Any
 from shopsimrl.metrics import names as m
 from shopsimrl.storage import read_jsonl
 from shopsimrl.storage.jsonl import is_finite_number
-
-METRICS_FILE = "metrics.jsonl"
+from shopsimrl.storage.layout import ANALYSIS_DIR, METRICS_FILE, TRAIN_DIR
 
 
 class AlertRule(StrEnum):
@@ -87,7 +86,7 @@ class CheckReport:
 def find_metrics_file(run_dir: str | os.PathLike[str]) -> Path:
     """`RUN_DIR/metrics.jsonl`, else `RUN_DIR/train/metrics.jsonl` (RUN_DIR is a round directory)."""
     root = Path(run_dir)
-    for candidate in (root / METRICS_FILE, root / "train" / METRICS_FILE):
+    for candidate in (root / METRICS_FILE, root / TRAIN_DIR / METRICS_FILE):
         if candidate.is_file():
             return candidate
     raise FileNotFoundError(f"no {METRICS_FILE} in {root} or {root / 'train'}")
@@ -115,7 +114,7 @@ def load_rollout_steps(path: Path) -> tuple[dict[int, dict[str, Any]], list[str]
 def read_analysis_progress(metrics_path: Path) -> AnalysisProgress:
     """The Analyst's counters from the round's `analysis/metrics.jsonl` (max over its rows)."""
     stage_dir = metrics_path.parent
-    path = stage_dir.parent / "analysis" / METRICS_FILE
+    path = stage_dir.parent / ANALYSIS_DIR / METRICS_FILE
     if not path.is_file():
         return AnalysisProgress(source=None)
     progress = AnalysisProgress(source=str(path))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.errors import StopsTheCommand
 from shopsimrl.storage import atomic_directory, atomic_write_json, atomic_write_text
 
 CHECKPOINT_MANIFEST = "checkpoint.json"
@@ -30,7 +31,7 @@ CHECKPOINT_SCHEMA_VERSION = 1
 _CHUNK = 1 << 20
 
 
-class CheckpointError(Exception):
+class CheckpointError(StopsTheCommand):
     """A checkpoint that is missing, unfinished or does not match its recorded hash (names the path)."""
 
 

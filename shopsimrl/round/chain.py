@@ -62,10 +62,10 @@ def run_rounds(
 
 
 def _planned_next(config: RoundConfig, settings: WandbSettings) -> RoundConfig:
-    state = RoundState(config.round_dir / "round_state.json", config.group, {
+    state = RoundState(config.layout.state, config.group, {
         "train": {"outputs": {"checkpoint": f"<last HF save of {config.checkpoint_dir}>"},
                   "checkpoint_sha256": "0" * 64, "save_dir": str(config.checkpoint_dir)},
-        "gate": {"outputs": {"selected_skillbank": str(config.round_dir / "gate" / "selected_skillbank.json")}},
+        "gate": {"outputs": {"selected_skillbank": str(config.layout.selected_skillbank)}},
     })  # fmt: skip
     planned = f"{config.round_dir}/next_round.yaml (planned)"
     return RoundConfig.parsed(next_round_mapping(config, state, settings), planned)

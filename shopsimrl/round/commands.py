@@ -3,23 +3,17 @@ runner.py and chain.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from shopsimrl.cli_errors import cli_errors
 from shopsimrl.cli_options import parse_sets, wandb_options
-from shopsimrl.errors import (
-    ConfigError,
-    StageIncomplete,
-    StageInterrupted,
-    StartupError,
-    StorageError,
-    rerun_command,
-)
+from shopsimrl.errors import ConfigError
 from shopsimrl.tracking.settings import WandbSettings
 
 _WANDB_FLAGS = {"wandb": "enabled", "wandb_project": "project", "wandb_entity": "entity", "wandb_mode": "mode",
@@ -78,30 +72,9 @@ def _with(options: list[Any]) -> Callable[[Callable[..., Any]], Callable[..., An
     return decorate
 
 
-@contextmanager
-def _round_errors() -> Iterator[None]:
-    from shopsimrl.analyst.sidecar import CardsLockedError
-    from shopsimrl.analyst.stage import AnalysisError
-    from shopsimrl.evaluation.runner import RunnerAborted
-    from shopsimrl.gate.guards import GateLocked
-    from shopsimrl.models.checkpoint import CheckpointError
-    from shopsimrl.models.smollm2 import ModelUnavailableError
-    from shopsimrl.round.state import RoundError
-
-    try:
-        yield
-    except (ConfigError, RoundError, CheckpointError, StartupError, StorageError, ModelUnavailableError,
-            AnalysisError, CardsLockedError, GateLocked) as exc:
-        raise click.ClickException(str(exc)) from None
-    except RunnerAborted as exc:
-        raise click.ClickException(f"gate incomplete: {exc}; re-run the same command to resume") from None
-    except StageIncomplete as exc:  # the stage stays unfinished in round_state.json: the same command retries it
-        raise click.ClickException(f"round: {exc}; retry: {rerun_command()}") from None
-    except StageInterrupted as exc:  # one line, never the traceback of the work in flight
-        click.echo(f"round: {exc}; resume: {rerun_command()}", err=True)
-        raise SystemExit(exc.code) from None
-    except FileNotFoundError as exc:
-        raise click.ClickException(f"{exc.filename}: not found") from None
+def _round_errors() -> AbstractContextManager[None]:
+    # A stage the round ran stays unfinished in round_state.json: the same command retries or resumes it.
+    return cli_errors("gate", prefix="round: ", aborted_hint="; re-run the same command to resume")
 
 
 def _progress(config: Any) -> Any:

@@ -34,13 +34,10 @@ from shopsimrl.errors import ConfigError
 from shopsimrl.gate.config import GateConfig
 from shopsimrl.local.config import RunConfig, RunMode, run_config_from_mapping
 from shopsimrl.round.seeds import RoundSeeds, round_index, round_seeds
+from shopsimrl.storage.layout import SHOPSIM_CONFIG_FILE, TRAIN_CONFIG_FILE, RunLayout
 
 ROUND_CONFIG_SCHEMA_VERSION = 1
 GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,118}-round-[0-9]{3,}$"
-TRAIN_CONFIG_FILE = "train_config.yaml"  # the derived training config, beside train/ (the Analyst reads it)
-SHOPSIM_CONFIG_FILE = "shopsim_config.yaml"  # docker: the derived slime plugin options (launcher + Analyst)
-ANALYSIS_CONFIG_FILE = "analysis_config.yaml"  # docker: the derived configs the services read
-GATE_CONFIG_FILE = "gate_config.yaml"
 _PLACEHOLDER_CHECKPOINT = "<final checkpoint>"  # validation only: the real one exists after training
 _PLACEHOLDER_SKILLBANK = "<the training's skillbank>"  # validation of gate: when train.shopsim is invalid
 
@@ -142,6 +139,10 @@ class RoundConfig(StrictModel):
         return Path(self.round.runs_root) / self.round.group
 
     @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.round_dir)
+
+    @property
     def backend(self) -> str:
         return self.round.backend
 
@@ -165,7 +166,7 @@ class RoundConfig(StrictModel):
 
     @property
     def train_dir(self) -> Path:
-        return self.round_dir / "train"
+        return self.layout.train_dir
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -219,16 +220,16 @@ class RoundConfig(StrictModel):
     def gate_config(self, checkpoint: str | os.PathLike[str], shopsim: ShopSimOptions | None = None) -> GateConfig:
         """`shopsim`: the training's options when already known (validation passes a stand-in)."""
         shopsim = shopsim or self.shopsim()
-        analysis_dir = self.round_dir / "analysis"
+        layout = self.layout
         raw = dict(self.gate)
         raw["design"] = {**(raw.get("design") or {}), "seed": self.seeds.gate}
         raw["round"] = self.group
         raw["runs_root"] = self.round.runs_root
         raw["inputs"] = {
             "checkpoint": str(checkpoint),
-            "candidate_pool": str(analysis_dir / "candidate_pool.json"),
+            "candidate_pool": str(layout.candidate_pool),
             "skillbank": str(shopsim.skillbank),
-            "proposal_ledger": str(analysis_dir / "proposal_ledger.jsonl"),
+            "proposal_ledger": str(layout.proposal_ledger),
         }
         raw["catalog"] = shopsim.catalog.model_dump(mode="json")  # seed, size, level and tool offer: the training's shop
         # The episode defaults follow the training's, so the gate measures the policy as it was trained.

@@ -16,9 +16,9 @@ from typing import Any
 
 from shopsimrl.round.config import RoundConfig, previous_group
 from shopsimrl.storage import atomic_write_json, file_sha256
+from shopsimrl.storage.layout import ROUND_MANIFEST_FILE
 from shopsimrl.tracking import WandbSettings
 
-MANIFEST_FILE = "round_manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
 
 
@@ -51,10 +51,10 @@ def write_round_manifest(config: RoundConfig, settings: WandbSettings) -> dict[s
         "warm_start": warm_starts(config),
         "tracking": tracking_record(settings),
     }
-    atomic_write_json(config.round_dir / MANIFEST_FILE, document)
+    atomic_write_json(config.round_dir / ROUND_MANIFEST_FILE, document)
     return document
 
 
 def read_round_manifest(round_dir: Path) -> dict[str, Any]:
-    path = round_dir / MANIFEST_FILE
+    path = round_dir / ROUND_MANIFEST_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -24,15 +24,14 @@ from typing import Any
 
 import yaml
 
-from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.round.config import RoundConfig, next_group, round_config_from_mapping
 from shopsimrl.round.manifest import tracking_record, warm_starts
 from shopsimrl.round.state import RoundState
+from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.storage import atomic_write_json, atomic_write_text, file_sha256
+from shopsimrl.storage.layout import NEXT_ROUND_CONFIG, NEXT_ROUND_JSON, PROPOSAL_LEDGER_FILE
 from shopsimrl.tracking import WandbSettings
 
-NEXT_ROUND_JSON = "next_round.json"
-NEXT_ROUND_CONFIG = "next_round.yaml"
 NEXT_ROUND_SCHEMA_VERSION = 2
 CLI = "python -m shopsimrl.cli"
 
@@ -73,7 +72,7 @@ def next_round_mapping(config: RoundConfig, state: RoundState, settings: WandbSe
     raw["train"].setdefault("shopsim", {})["skillbank"] = skillbank
     if config.trainer == "local":
         raw["train"].setdefault("warm_start", {})["enabled"] = False
-    ledger = str(Path(skillbank).parent / "proposal_ledger.jsonl")
+    ledger = str(Path(skillbank).parent / PROPOSAL_LEDGER_FILE)
     history = raw["analysis"].setdefault("ledger", {}).setdefault("history", [])
     if ledger not in history:
         history.append(ledger)

@@ -22,11 +22,8 @@ from shopsimrl.round.next_round import NextRound
 from shopsimrl.round.state import STAGES, RoundState
 from shopsimrl.skills.skillbank import Skillbank, load_skillbank
 from shopsimrl.storage import atomic_write_bytes, atomic_write_text, read_jsonl
+from shopsimrl.storage.layout import ROUND_CURVES_FILE, ROUND_REPORT_FILE, RunLayout
 from shopsimrl.tracking import WandbSettings
-
-REPORT_FILE = "round_report.md"
-CURVES_FILE = "round_curves.png"
-_STAGE_DIRS = {"train": "train", "analysis": "analysis", "gate": "gate"}
 
 
 def training_curve(metrics_path: Path) -> list[dict[str, float]]:
@@ -57,11 +54,11 @@ def skillbank_diff(old: Skillbank, new: Skillbank) -> list[str]:
 
 
 def write_round_report(config: RoundConfig, state: RoundState, next_round: NextRound, settings: WandbSettings) -> Path:
-    round_dir = config.round_dir
-    curve = training_curve(round_dir / "train" / "metrics.jsonl")
-    _write_curves(round_dir / CURVES_FILE, curve)
-    summary = _json(round_dir / "analysis" / "analysis_summary.json")
-    contributions = _json(round_dir / "gate" / "contributions.json")
+    round_dir, layout = config.round_dir, config.layout
+    curve = training_curve(layout.train_metrics)
+    _write_curves(round_dir / ROUND_CURVES_FILE, curve)
+    summary = _json(layout.analysis_summary)
+    contributions = _json(layout.contributions)
     old = load_skillbank(config.shopsim().skillbank or "")
     new = load_skillbank(next_round.skillbank)
     manifest = read_round_manifest(round_dir)
@@ -77,7 +74,7 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
         record = state.record(stage)
         lines.append(f"| {stage} | {record.get('status', 'not run')} | {record.get('attempts', 0)} | "
                      f"{record.get('finished_at', '')} |")  # fmt: skip
-    lines += ["", "## Training", "", f"![reward and success per rollout step]({CURVES_FILE})", ""]
+    lines += ["", "## Training", "", f"![reward and success per rollout step]({ROUND_CURVES_FILE})", ""]
     lines += ["| rollout step | reward_mean | success_rate |", "| --- | --- | --- |"]
     for row in curve:
         success = f"{row['success_rate']:.3f}" if "success_rate" in row else "n/a"
@@ -95,12 +92,12 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
     lines += skillbank_diff(old, new) or ["(no change: the gate selected nothing)"]
     lines += ["```", "", "## Files", ""]
     for stage in STAGES:
-        lines.append(f"- {stage}: `{round_dir / _STAGE_DIRS[stage]}/`")
+        lines.append(f"- {stage}: `{layout.stage_dir(stage)}/`")
     lines += [f"- training checkpoints: `{config.checkpoint_dir}/`",
               f"- round state: `{state.path}`; next round: `{next_round.manifest_path}`, `{next_round.config_path}`",
               "", "## W&B (group " + f"`{config.group}`, project `{settings.project}`)", ""]  # fmt: skip
     for stage in STAGES:
-        status = _json(round_dir / _STAGE_DIRS[stage] / "wandb_status.json")
+        status = _json(layout.status(stage))
         run_file = status.get("run_file")
         where = f"`{run_file}` ({status.get('mode')})" if run_file else "no W&B run (W&B off)"
         lines.append(f"- {stage}: {where}")
@@ -108,7 +105,7 @@ def write_round_report(config: RoundConfig, state: RoundState, next_round: NextR
             lines.append(f"  inspect: `shopsimrl wandb inspect {run_file}`")
     lines += ["", f"Upload the offline runs: `make wandb-sync` (WANDB_DIR={settings.dir}).", "",
               "## Next round", "", f"`{next_round.command}`", ""]  # fmt: skip
-    path = round_dir / REPORT_FILE
+    path = round_dir / ROUND_REPORT_FILE
     atomic_write_text(path, "\n".join(lines))
     return path
 
@@ -120,9 +117,10 @@ def _beside_previous(config: RoundConfig, curve: list[dict[str, float]], summary
     before = Path(config.round.runs_root) / previous if previous else None
     if before is None or not before.is_dir():
         return []
-    old_curve = training_curve(before / "train" / "metrics.jsonl")
-    old_summary = _json(before / "analysis" / "analysis_summary.json")
-    old_gate = _json(before / "gate" / "contributions.json")
+    old = RunLayout(before)
+    old_curve = training_curve(old.train_metrics)
+    old_summary = _json(old.analysis_summary)
+    old_gate = _json(old.contributions)
 
     def final(rows: list[dict[str, float]], key: str) -> str:
         return f"{rows[-1][key]:.3f}" if rows and key in rows[-1] else "n/a"

@@ -24,10 +24,8 @@ from shopsimrl.round.report import gate_lines, skillbank_diff, training_curve
 from shopsimrl.round.state import utc_now
 from shopsimrl.skills.skillbank import load_skillbank
 from shopsimrl.storage import atomic_write_bytes, atomic_write_text
+from shopsimrl.storage.layout import ROUNDS_CURVES_FILE, ROUNDS_REPORT_FILE, RunLayout
 from shopsimrl.tracking import WandbSettings
-
-REPORT_FILE = "rounds_report.md"
-CURVES_FILE = "rounds_curves.png"
 
 
 def rounds_dir(first: RoundConfig) -> Path:
@@ -38,10 +36,11 @@ def rounds_dir(first: RoundConfig) -> Path:
 def round_row(round_dir: Path) -> dict[str, Any]:
     """The numbers of one finished round, read back from its files."""
     manifest = read_round_manifest(round_dir)
-    curve = training_curve(round_dir / "train" / "metrics.jsonl")
-    state = _json(round_dir / "round_state.json").get("stages", {})
-    counts = _json(round_dir / "analysis" / "analysis_summary.json").get("metrics", {})
-    gate = _json(round_dir / "gate" / "contributions.json")
+    layout = RunLayout(round_dir)
+    curve = training_curve(layout.train_metrics)
+    state = _json(layout.state).get("stages", {})
+    counts = _json(layout.analysis_summary).get("metrics", {})
+    gate = _json(layout.contributions)
     effects = gate["estimates"][gate["decided_on"]]["effects"] if gate else []
     return {
         "group": round_dir.name,
@@ -62,9 +61,9 @@ def write_rounds_report(first: RoundConfig, round_dirs: list[Path], settings: Wa
     rows = [round_row(d) for d in round_dirs]
     out = rounds_dir(first)
     out.mkdir(parents=True, exist_ok=True)
-    _write_curves(out / CURVES_FILE, rows)
+    _write_curves(out / ROUNDS_CURVES_FILE, rows)
     lines = [f"# Rounds {rows[0]['group']} .. {rows[-1]['group']}", "",
-             f"![reward and success per rollout step, round after round]({CURVES_FILE})", "",
+             f"![reward and success per rollout step, round after round]({ROUNDS_CURVES_FILE})", "",
              "| round | start checkpoint | seeds (rollout / curriculum / gate) | warm-start steps | final reward | "
              "final success | Analyst candidates | gate selected |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -86,10 +85,10 @@ def write_rounds_report(first: RoundConfig, round_dirs: list[Path], settings: Wa
         lines += ["", f"Report: `{Path(first.round.runs_root) / row['group'] / 'round_report.md'}`"]
     lines += ["", f"W&B: one group per round in project `{settings.project}` "
               f"({'on, ' + settings.mode.value if settings.enabled else 'off'}).", ""]  # fmt: skip
-    path = out / REPORT_FILE
+    path = out / ROUNDS_REPORT_FILE
     atomic_write_text(path, "\n".join(lines))
     if settings.enabled and log_summary:
-        _log_summary_run(out, rows, replace(settings, group=out.name), [path, out / CURVES_FILE])
+        _log_summary_run(out, rows, replace(settings, group=out.name), [path, out / ROUNDS_CURVES_FILE])
     return path
 
 

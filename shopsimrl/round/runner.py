@@ -19,7 +19,7 @@ deleted) and the training runs again from the start. A stage that ends with some
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,14 @@ from shopsimrl.round.next_round import NextRound, write_next_round
 from shopsimrl.round.report import write_round_report
 from shopsimrl.round.state import STAGES, RoundState
 from shopsimrl.storage import atomic_write_text
+from shopsimrl.storage.layout import (
+    CANDIDATE_POOL_FILE,
+    CONTRIBUTIONS_FILE,
+    METRICS_FILE,
+    PROPOSAL_LEDGER_FILE,
+    SELECTED_SKILLBANK_FILE,
+    SUMMARY_FILE,
+)
 from shopsimrl.tracking import WandbSettings
 
 Echo = Callable[[str], None]
@@ -78,67 +86,100 @@ def run_round(
         # The Analyst (and slime's launcher) read the round's shop from this copy: one source.
         atomic_write_text(config.train_config_path, yaml.safe_dump(config.train_document(), sort_keys=False))
 
-    def begin(stage: str, number: int, where: Path) -> None:
-        if not dry_run:
-            state.start(stage)
-            state.save()
-        echo(f"round {config.group}: stage {number}/3 {stage} -> {where} ({backend.name})")
-
-    if not state.finished("train"):
-        begin("train", 1, config.train_dir)
-        trained = backend.train(config, settings=settings, echo=echo, on_event=on_train_event)
-        if dry_run:
-            checkpoint = trained.checkpoint
+    run = _RoundRun(config, state, backend, settings, echo, on_train_event, progress)
+    for number, stage in enumerate(_STAGES, start=1):
+        if not state.finished(stage.name):
+            where = stage.directory(config)
+            if not dry_run:
+                state.start(stage.name)
+                state.save()
+            echo(f"round {config.group}: stage {number}/{len(_STAGES)} {stage.name} -> {where} ({backend.name})")
+            outputs, extra = stage.run(run, where)
+            if not dry_run:
+                state.finish(stage.name, outputs={key: str(path) for key, path in outputs.items()}, extra=extra)
+                state.save()
+            ran.append(stage.name)
         else:
-            extra: dict[str, Any] = {"checkpoint_sha256": trained.sha256, "run_id": trained.run_id,
-                                     "warm_start_steps": trained.warm_start_steps}  # fmt: skip
-            if trained.save_dir is not None:
-                extra["save_dir"] = str(trained.save_dir)
-            state.finish("train", outputs={"metrics": str(config.train_dir / "metrics.jsonl"),
-                                           "checkpoint": str(trained.checkpoint)}, extra=extra)  # fmt: skip
-            state.save()
-        ran.append("train")
-    else:
-        echo(f"round {config.group}: train finished at {state.record('train')['finished_at']}; not re-run")
-    if not dry_run:
-        checkpoint = Path(state.record("train")["outputs"]["checkpoint"])
-        _verify(backend, str(checkpoint), state.record("train")["checkpoint_sha256"], f"{state.path} (train checkpoint)")
-
-    if not state.finished("analysis"):
-        directory = round_dir / "analysis"
-        begin("analysis", 2, directory)
-        backend.analyze(config, checkpoint, settings=settings, echo=echo)
-        if not dry_run:
-            state.finish("analysis", outputs={
-                "summary": str(directory / "analysis_summary.json"),
-                "candidate_pool": str(directory / "candidate_pool.json"),
-                "proposal_ledger": str(directory / "proposal_ledger.jsonl"),
-            })  # fmt: skip
-            state.save()
-        ran.append("analysis")
-    else:
-        echo(f"round {config.group}: analysis finished at {state.record('analysis')['finished_at']}; not re-run")
-
-    gate_lines: list[str] = []
-    if not state.finished("gate"):
-        directory = round_dir / "gate"
-        begin("gate", 3, directory)
-        gate_lines = backend.gate(config, checkpoint, settings=settings, echo=echo, progress=progress)
-        if not dry_run:
-            state.finish("gate", outputs={
-                "contributions": str(directory / "contributions.json"),
-                "selected_skillbank": str(directory / "selected_skillbank.json"),
-            })  # fmt: skip
-            state.save()
-        ran.append("gate")
-    else:
-        echo(f"round {config.group}: gate finished at {state.record('gate')['finished_at']}; not re-run")
+            echo(f"round {config.group}: {stage.name} finished at {state.record(stage.name)['finished_at']}; not re-run")
+        if stage.then is not None:
+            stage.then(run)
 
     if dry_run:
-        return RoundResult(round_dir, state, ran, None, None, gate_lines)
+        return RoundResult(round_dir, state, ran, None, None, run.gate_lines)
     next_round = write_next_round(config, state, settings, tracking=manifest.get("tracking"))
     report = write_round_report(config, state, next_round, settings)
-    return RoundResult(round_dir, state, ran, next_round, report, gate_lines)
+    return RoundResult(round_dir, state, ran, next_round, report, run.gate_lines)
+
+
+@dataclass
+class _RoundRun:
+    """What the stages of one call share: the round, its backend, and what earlier stages produced."""
+
+    config: RoundConfig
+    state: RoundState
+    backend: StageBackend
+    settings: WandbSettings
+    echo: Echo
+    on_train_event: Callable[[str, dict[str, Any]], None] | None
+    progress: bool
+    checkpoint: Path | None = None  # the trained policy the analysis and the gate run on
+    gate_lines: list[str] = field(default_factory=list)
+
+
+Outputs = tuple[dict[str, Path | str], dict[str, Any] | None]  # state outputs, extra state fields
+
+
+def _train(run: _RoundRun, where: Path) -> Outputs:
+    trained = run.backend.train(run.config, settings=run.settings, echo=run.echo, on_event=run.on_train_event)
+    run.checkpoint = trained.checkpoint  # a dry run's stand-in; a real run's is read back from the state
+    extra: dict[str, Any] = {"checkpoint_sha256": trained.sha256, "run_id": trained.run_id,
+                             "warm_start_steps": trained.warm_start_steps}  # fmt: skip
+    if trained.save_dir is not None:
+        extra["save_dir"] = str(trained.save_dir)
+    return {"metrics": where / METRICS_FILE, "checkpoint": trained.checkpoint}, extra
+
+
+def _trained_checkpoint(run: _RoundRun) -> None:
+    """After the training (run now or before): its checkpoint, verified against the recorded hash."""
+    record = run.state.record("train")
+    if run.backend.dry_run:  # nothing ran: the training's stand-in, or the checkpoint a finished one recorded
+        if run.checkpoint is None:
+            run.checkpoint = Path(record["outputs"]["checkpoint"])
+        return
+    run.checkpoint = Path(record["outputs"]["checkpoint"])
+    _verify(run.backend, str(run.checkpoint), record["checkpoint_sha256"], f"{run.state.path} (train checkpoint)")
+
+
+def _analyze(run: _RoundRun, where: Path) -> Outputs:
+    assert run.checkpoint is not None  # set after the training stage, which comes first
+    run.backend.analyze(run.config, run.checkpoint, settings=run.settings, echo=run.echo)
+    return {"summary": where / SUMMARY_FILE, "candidate_pool": where / CANDIDATE_POOL_FILE,
+            "proposal_ledger": where / PROPOSAL_LEDGER_FILE}, None  # fmt: skip
+
+
+def _gate(run: _RoundRun, where: Path) -> Outputs:
+    assert run.checkpoint is not None
+    run.gate_lines = run.backend.gate(run.config, run.checkpoint, settings=run.settings, echo=run.echo,
+                                      progress=run.progress)  # fmt: skip
+    return {"contributions": where / CONTRIBUTIONS_FILE, "selected_skillbank": where / SELECTED_SKILLBANK_FILE}, None
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One row of the round: where the stage writes, how it runs, and what follows it even when skipped."""
+
+    name: str
+    directory: Callable[[RoundConfig], Path]
+    run: Callable[[_RoundRun, Path], Outputs]
+    then: Callable[[_RoundRun], None] | None = None
+
+
+# In run order (state.STAGES); a fourth stage is one more row. The names are round_state.json's keys.
+_STAGES = (
+    _Stage("train", lambda config: config.layout.train_dir, _train, then=_trained_checkpoint),
+    _Stage("analysis", lambda config: config.layout.analysis_dir, _analyze),
+    _Stage("gate", lambda config: config.layout.gate_dir, _gate),
+)
 
 
 def _verify(backend: StageBackend, path: str, expected: str | None, where: str) -> None:

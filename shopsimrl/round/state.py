@@ -18,15 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.errors import StopsTheCommand
 from shopsimrl.storage import atomic_write_json
+from shopsimrl.storage.layout import ROUND_STATE_FILE
 
-STATE_FILE = "round_state.json"
 STATE_SCHEMA_VERSION = 1
 STAGES = ("train", "analysis", "gate")
 RUNNING, FINISHED = "running", "finished"
 
 
-class RoundError(RuntimeError):
+class RoundError(StopsTheCommand, RuntimeError):
     """The round cannot go on (a vanished output, a bad state file, no checkpoint); names the path."""
 
 
@@ -42,7 +43,7 @@ class RoundState:
 
     @classmethod
     def load(cls, round_dir: Path, group: str) -> RoundState:
-        path = round_dir / STATE_FILE
+        path = round_dir / ROUND_STATE_FILE
         if not path.exists():
             return cls(path, group)
         try:

@@ -28,12 +28,11 @@ from typing import Any, Protocol
 
 from shopsimrl.errors import ConfigError
 from shopsimrl.storage import append_jsonl, atomic_write_json, writable_dir_problem
+from shopsimrl.storage.layout import METRICS_FILE, STATUS_FILE
 from shopsimrl.tracking.axes import merged_axes
 from shopsimrl.tracking.secrets import scrub_secrets
 from shopsimrl.tracking.settings import ENV_CACHE_DIR, ENV_DATA_DIR, WandbMode, WandbSettings
 
-METRICS_FILE = "metrics.jsonl"
-STATUS_FILE = "wandb_status.json"
 TABLES_DIR = "tables"
 STATUS_SCHEMA_VERSION = 1
 TABLE_SCHEMA_VERSION = 1
