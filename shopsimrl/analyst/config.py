@@ -17,6 +17,7 @@ from pydantic import Field
 from shopsimrl.config.base import StrictModel, load_config, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
+from shopsimrl.storage.layout import ANALYSIS_DIR, RunLayout
 
 ANALYSIS_CONFIG_SCHEMA_VERSION = 1
 
@@ -117,7 +118,7 @@ class AnalysisConfig(StrictModel):
         """The training stage directory. A glob (the demo gives every run its own directory,
         runs/local-demo-round-000-<UTC time>/train) names the newest match, by name; with no match
         it stays the pattern, which the stage reports as missing."""
-        raw = self.run.train_dir or str(Path(self.run.runs_root) / self.run.group / "train")
+        raw = self.run.train_dir or str(RunLayout(Path(self.run.runs_root) / self.run.group).train_dir)
         if glob.has_magic(raw):
             found = sorted(p for p in glob.glob(raw) if Path(p).is_dir())
             return Path(found[-1]) if found else Path(raw)
@@ -126,7 +127,7 @@ class AnalysisConfig(StrictModel):
     @property
     def analysis_dir(self) -> Path:
         # Beside train/: the training metric pending_analysis_rate reads <train_dir>/../analysis/.
-        return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / "analysis"
+        return Path(self.run.analysis_dir) if self.run.analysis_dir else self.train_dir.parent / ANALYSIS_DIR
 
 
 def _trial_problems(config: AnalysisConfig) -> list[str]:

@@ -25,6 +25,7 @@ from shopsimrl.evaluation.episode_config import (
     generator_problems,
 )
 from shopsimrl.shop.tasks import MAX_HELD_OUT
+from shopsimrl.storage.layout import EVAL_DIR
 
 EVAL_CONFIG_SCHEMA_VERSION = 1
 MaskSpec = Literal["full", "none"] | list[str]
@@ -87,7 +88,7 @@ class EvalConfig(StrictModel):
 
     @property
     def eval_dir(self) -> Path:
-        return Path(self.runs_root) / self.group / "eval" / self.eval_name
+        return Path(self.runs_root) / self.group / EVAL_DIR / self.eval_name
 
 
 def load_eval_config(path: str | os.PathLike[str] | None, overrides: dict[str, Any] | None = None) -> EvalConfig:

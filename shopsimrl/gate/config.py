@@ -24,6 +24,7 @@ from shopsimrl.evaluation.episode_config import (  # re-exported: the gate's YAM
     generator_problems,
 )
 from shopsimrl.shop.tasks import MAX_HELD_OUT
+from shopsimrl.storage.layout import RunLayout
 
 GATE_CONFIG_SCHEMA_VERSION = 1
 
@@ -125,7 +126,7 @@ class GateConfig(StrictModel):
 
     @property
     def gate_dir(self) -> Path:
-        return Path(self.runs_root) / self.round / "gate"
+        return RunLayout(Path(self.runs_root) / self.round).gate_dir
 
 
 def load_gate_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> GateConfig:

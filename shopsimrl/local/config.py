@@ -25,6 +25,7 @@ from shopsimrl.config.base import StrictModel, read_config, schema_version_check
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
 from shopsimrl.config.overrides import set_dotted
 from shopsimrl.errors import ConfigError
+from shopsimrl.storage.layout import RunLayout
 
 CONFIG_SCHEMA_VERSION = 1
 
@@ -187,7 +188,7 @@ class RunConfig(StrictModel):
 
     @property
     def stage_dir(self) -> Path:
-        return Path(self.run.runs_root) / self.run.group / "train"
+        return RunLayout(Path(self.run.runs_root) / self.run.group).train_dir
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -209,7 +210,7 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
         run = data.get("run") if isinstance(data.get("run"), dict) else {}
         root = run.get("runs_root", RunSection.model_fields["runs_root"].default)
         group = run.get("group", RunSection.model_fields["group"].default)
-        data[OPTIONS_KEY] = {**shopsim, "run_dir": str(Path(str(root)) / str(group) / "train")}
+        data[OPTIONS_KEY] = {**shopsim, "run_dir": str(RunLayout(Path(str(root)) / str(group)).train_dir)}
     return validate_config(data, RunConfig, source, (schema_version_check(CONFIG_SCHEMA_VERSION), _run_dir_problems))
 
 
