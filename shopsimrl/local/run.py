@@ -35,6 +35,7 @@ from shopsimrl.models.checkpoint import (
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 from shopsimrl.shop import load_split
 from shopsimrl.slime_metrics import reset_process_state
+from shopsimrl.stages import stage_session
 from shopsimrl.storage import atomic_write_json
 from shopsimrl.storage.layout import RUN_RECORD_FILE as RUN_MANIFEST
 from shopsimrl.tracking import StageLogger, WandbSettings
@@ -201,11 +202,13 @@ def run_training(
             recorder=trunk,
             compute_dtype=config.model.compute_dtype.torch,
         )
-        with StageLogger(
+        # No resume (no optimizer state is saved): a signal goes on to failure_recording as it is.
+        with stage_session(
+            "train",
             stage_dir,
-            stage="train",
             settings=settings,
             config=config_dict,
+            where=None,
             tags=[f"mode:{config.run.mode.value}", "backend:local"],
         ) as logger:
             logger_box["logger"] = logger

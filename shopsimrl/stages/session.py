@@ -39,13 +39,15 @@ def stage_session(
     *,
     settings: WandbSettings | None,
     config: Mapping[str, Any],
-    where: Callable[[], str],
+    where: Callable[[], str] | None,
     on_incomplete: Callable[[StageLogger], None] | None = None,
     tags: Sequence[str] = (),
 ) -> Iterator[StageLogger]:
     """Open the stage's `StageLogger` for the block. On any exception `on_incomplete(log)` records the
     incomplete stage (before the logger closes); a signal becomes `StageInterrupted(stage, signum,
-    where())`, any other exception propagates as it is."""
+    where())`, any other exception propagates as it is. `where=None`: a stage that cannot resume (the
+    local training keeps no optimizer state) lets signals through as they are, since a "resume:" hint
+    would be false."""
     with StageLogger(directory, stage=stage, settings=settings, config=config, tags=tags) as log:
         try:
             yield log
@@ -53,6 +55,6 @@ def stage_session(
             if on_incomplete is not None:
                 on_incomplete(log)
             signum = signal_of(exc)
-            if signum is None:
+            if signum is None or where is None:
                 raise
             raise StageInterrupted(stage, signum, where()) from None

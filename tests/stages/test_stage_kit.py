@@ -103,3 +103,9 @@ def test_any_other_error_propagates_as_it_is(tmp_path: Path) -> None:
                            on_incomplete=lambda log: logged.append("incomplete")):  # fmt: skip
             raise ValueError("bad record")
     assert logged == ["incomplete"]
+
+
+def test_a_stage_that_cannot_resume_lets_a_signal_through(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with stage_session("train", tmp_path, settings=None, config={}, where=None):
+            raise KeyboardInterrupt
