@@ -2,12 +2,14 @@
 
     tokenizer, generator = load_generator("checkpoints/g/final", GeneratorConfig(), seed=0)
     options = episode_options(run_dir, EpisodeConfig(), CatalogConfig(), GeneratorConfig())
+    runner = episode_runner(checkpoint, config.generator, config.episode, config.catalog, ...)   # both
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shopsimrl.config import ShopSimOptions
 from shopsimrl.evaluation.episode_config import (
@@ -17,6 +19,9 @@ from shopsimrl.evaluation.episode_config import (
     EpisodeConfig,
     GeneratorConfig,
 )
+
+if TYPE_CHECKING:
+    from shopsimrl.evaluation.runner import EpisodeRunner
 
 
 def load_generator(checkpoint: str, generator: GeneratorConfig, *, seed: int,
@@ -60,4 +65,28 @@ def episode_options(run_dir: Path, episode: EpisodeConfig, catalog: CatalogConfi
         max_context_tokens=episode.max_context_tokens,
         full_skill_retry=False,
         sglang_timeout_s=generator.timeout_s,
+    )
+
+
+def episode_runner(checkpoint: str, generator: GeneratorConfig, episode: EpisodeConfig, catalog_config: CatalogConfig,
+                   *, seed: int, tokenizer_dir: str | None, run_dir: Path, tasks: Sequence[Any], catalog: Any,
+                   skill_texts_for: Callable[[tuple[str, ...]], list[str]], path: Path, kind: str) -> EpisodeRunner:
+    """The runner of planned episodes on a fixed checkpoint, built the same way for eval and the gate:
+    the generator section gives the serving, the concurrency and the failure limits."""
+    from shopsimrl.evaluation.runner import EpisodeRunner
+
+    tokenizer, model_generator = load_generator(checkpoint, generator, seed=seed, tokenizer_dir=tokenizer_dir)
+    return EpisodeRunner(
+        tasks={task.task_id: task for task in tasks},
+        catalog=catalog,
+        tokenizer=tokenizer,
+        generator=model_generator,
+        options=episode_options(run_dir, episode, catalog_config, generator),
+        skill_texts_for=skill_texts_for,
+        sampling=episode.sampling(),
+        path=path,
+        kind=kind,
+        concurrency=generator.concurrency,
+        max_attempts=generator.max_attempts,
+        abort_after_consecutive_failures=generator.abort_after_consecutive_failures,
     )

@@ -246,11 +246,9 @@ def _refuse_other_plan(stored: dict[str, Any], plan: Mapping[str, Any], where: s
 
 def _run_episodes(config: EvalConfig, inputs: _Inputs, todo: list[Any], path: Path,
                   echo: Callable[[str], None], progress: bool) -> None:
-    from shopsimrl.evaluation.runner import EpisodeRunner, EvaluationStatus
-    from shopsimrl.evaluation.serving import episode_options, load_generator
+    from shopsimrl.evaluation.runner import EvaluationStatus
+    from shopsimrl.evaluation.serving import episode_runner
 
-    tokenizer, generator = load_generator(inputs.checkpoint, config.generator, seed=config.seed,
-                                          tokenizer_dir=config.tokenizer)
     counts = {"done": 0, "success": 0, "technical": 0}
     step = max(1, len(todo) // 20)
 
@@ -264,20 +262,10 @@ def _run_episodes(config: EvalConfig, inputs: _Inputs, todo: list[Any], path: Pa
             echo(f"eval: {counts['done']}/{len(todo)} episodes final, {counts['success']} successes, "
                  f"{counts['technical']} technical failures so far")
 
-    runner = EpisodeRunner(
-        tasks={task.task_id: task for task in inputs.tasks},
-        catalog=inputs.catalog,
-        tokenizer=tokenizer,
-        generator=generator,
-        options=episode_options(config.eval_dir, config.episode, config.catalog, config.generator),
-        skill_texts_for=lambda mask: inputs.skill_texts,
-        sampling=config.episode.sampling(),
-        path=path,
-        kind="eval_episode",
-        concurrency=config.generator.concurrency,
-        max_attempts=config.generator.max_attempts,
-        abort_after_consecutive_failures=config.generator.abort_after_consecutive_failures,
-        on_record=on_record,
-    )
+    runner = episode_runner(inputs.checkpoint, config.generator, config.episode, config.catalog, seed=config.seed,
+                            tokenizer_dir=config.tokenizer, run_dir=config.eval_dir, tasks=inputs.tasks,
+                            catalog=inputs.catalog, skill_texts_for=lambda mask: inputs.skill_texts, path=path,
+                            kind="eval_episode")  # fmt: skip
+    runner.on_record = on_record
     asyncio.run(runner.run(todo))
 

@@ -32,7 +32,7 @@ from shopsimrl.evaluation.runner import (
     PlannedEpisode,
     Todo,
 )
-from shopsimrl.evaluation.serving import episode_options, load_generator
+from shopsimrl.evaluation.serving import episode_runner
 from shopsimrl.gate.config import DesignConfig, GateConfig
 from shopsimrl.gate.design import ARMS, Design
 from shopsimrl.gate.estimate import Estimate, PairObservation, estimate_effects
@@ -310,9 +310,6 @@ def _evaluator(config: GateConfig, inputs: _Inputs, path: Path, echo: Callable[[
 
 
 def _runner(config: GateConfig, inputs: _Inputs, path: Path) -> EpisodeRunner:
-    tokenizer, generator = load_generator(config.inputs.checkpoint, config.generator, seed=config.design.seed,
-                                          tokenizer_dir=config.inputs.tokenizer)
-    options = episode_options(config.gate_dir, config.episode, config.catalog, config.generator)
     by_id = {item.intervention_id: item for item in inputs.pool.interventions}
     cache: dict[tuple[str, ...], list[str]] = {}
 
@@ -322,20 +319,10 @@ def _runner(config: GateConfig, inputs: _Inputs, path: Path) -> EpisodeRunner:
             cache[mask] = [chunk.text for chunk in bank.active_chunks]
         return cache[mask]
 
-    return EpisodeRunner(
-        tasks={task.task_id: task for task in inputs.tasks},
-        catalog=inputs.catalog,
-        tokenizer=tokenizer,
-        generator=generator,
-        options=options,
-        skill_texts_for=skill_texts_for,
-        sampling=config.episode.sampling(),
-        path=path,
-        kind="gate_evaluation",
-        concurrency=config.generator.concurrency,
-        max_attempts=config.generator.max_attempts,
-        abort_after_consecutive_failures=config.generator.abort_after_consecutive_failures,
-    )
+    return episode_runner(config.inputs.checkpoint, config.generator, config.episode, config.catalog,
+                          seed=config.design.seed, tokenizer_dir=config.inputs.tokenizer, run_dir=config.gate_dir,
+                          tasks=inputs.tasks, catalog=inputs.catalog, skill_texts_for=skill_texts_for, path=path,
+                          kind="gate_evaluation")  # fmt: skip
 
 
 def planned_episodes(design: Design) -> list[PlannedEpisode]:
