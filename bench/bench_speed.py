@@ -19,11 +19,25 @@ process on the same inputs: SmolLM2-135M-Instruct with the demo's top 8 of 30 la
   steps, tokens, drafts; the rest: environment, rendering, Python). Identical tokens in every variant
   (`--gate-variants`: the generator's `draft_tokens` values; 4 is the default) are checked.
 
+With `--dtypes float32,bfloat16` (the default) each part also runs `model.compute_dtype: bfloat16`
+(autocast, float32 weights; rollout/generators/precision.py) beside float32 on the same inputs:
+`warm_start` adds `trunk_bf16` (against `trunk`: seconds, losses, weights, the next 8 episodes of each
+policy in its own precision); `update` adds `trunk_rollout_bf16` (the same samples and frozen-layer
+output, against `trunk_rollout`: seconds, metrics, relative gradients, weights) and `rollout_bf16` (the
+same rollout decoded in bfloat16: seconds, samples token-identical to float32's, where the others
+first differ); `gate` runs every variant in both (`draft_tokens=4` and `draft_tokens=4,bfloat16`:
+seconds, prefill/decode, successes, episodes identical to float32's and where the others first differ).
+`--dtypes float32` runs what it ran before. `quality` (not in the default parts: ~20-40 min) runs the
+demo's whole warm start in float32 and in bfloat16 (`--weights`, `--bf16-weights`: loaded when the
+files exist, else made and saved) and `--quality-episodes` held-out episodes of each policy: successes
+and token identity of the float32 policy decoded in bfloat16, and of the bfloat16-trained policy.
+
 Progress goes to stderr; the report (with `lscpu`'s model name and torch's thread count) to stdout and
 `--json`. Timing needs a quiet machine; the ratios within one run are the measurement.
 
     .venv/bin/python bench/bench_speed.py --weights /tmp/demo-ws.pt --json speed.json
     .venv/bin/python bench/bench_speed.py --parts update --weights /tmp/demo-ws.pt     # one part
+    .venv/bin/python bench/bench_speed.py --parts quality --weights /tmp/demo-ws.pt --bf16-weights /tmp/demo-ws-bf16.pt
 
 `--weights PATH` keeps the warm-started weights (loaded when the file exists; otherwise the demo's
 warm start runs on the trunk path, ~2-4 min, and writes it).
@@ -59,7 +73,9 @@ from shopsimrl.rollout.generators import BatchedLocalHFGenerator  # noqa: E402
 from shopsimrl.shop import load_split  # noqa: E402
 from shopsimrl.slime_metrics import reset_process_state  # noqa: E402
 
-PARTS = ("warm_start", "update", "gate")
+PARTS = ("warm_start", "update", "gate", "quality")
+DEFAULT_PARTS = ("warm_start", "update", "gate")  # `quality` is asked for by name (it warm-starts twice)
+FP32, BF16 = "float32", "bfloat16"  # model.compute_dtype's values (--dtypes)
 NEXT_EPISODES = 8  # episodes generated from each path's policy to check they stay token-identical
 GATE_CONCURRENCY = 20  # configs/local/demo_round.yaml gate.generator.concurrency
 GATE_LESSON = (
@@ -110,8 +126,11 @@ def restore(model: Any, trained: dict[str, torch.Tensor]) -> None:
                 parameter.copy_(trained[name])
 
 
-def warm_weights(env: dict[str, Any], path: str | None) -> dict[str, torch.Tensor]:
-    """The warm-started policy's trainable parameters (its frozen ones are the base model's)."""
+def warm_weights(
+    env: dict[str, Any], path: str | None, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """The warm-started policy's trainable parameters (its frozen ones are the base model's), warm-started
+    with `dtype` forwards (model.compute_dtype)."""
     model, config = env["model"], env["config"]
     if path and Path(path).exists():
         progress(f"warm-started weights from {path}")
@@ -122,14 +141,14 @@ def warm_weights(env: dict[str, Any], path: str | None) -> dict[str, torch.Tenso
                 f"{path}: its frozen layers are not this model's (another base or trained layers)"
             )
         return {name: saved[name].clone() for name, p in model.named_parameters() if p.requires_grad}
-    progress("the demo's warm start (trunk path) for the warm-started weights")
+    progress(f"the demo's warm start (trunk path, {dtype}) for the warm-started weights")
     restore(model, env["base"])
-    generator = BatchedLocalHFGenerator(model, env["tokenizer"], seed=config.model.seed)
+    generator = BatchedLocalHFGenerator(model, env["tokenizer"], seed=config.model.seed, compute_dtype=dtype)
     args = build_args(
         config, use_wandb=False, generator=generator, tokenizer=env["tokenizer"], catalog=env["catalog"]
     )
     warm_start(model, env["tokenizer"], generator, env["catalog"], env["tasks"], config.shopsim, config.warm_start,
-               base_sampling_params(args), seed=config.model.seed, trunk=FrozenTrunk.of(model),
+               base_sampling_params(args), seed=config.model.seed, trunk=FrozenTrunk.of(model), compute_dtype=dtype,
                on_step=lambda step, loss, _: progress(f"  warm start step {step}: loss {loss:.4f}"))  # fmt: skip
     if path:
         torch.save(model.state_dict(), path)
@@ -142,16 +161,17 @@ def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
 
 
 # ---------------------------------------------------------------------- warm start
-def bench_warm_start(env: dict[str, Any], steps: int) -> dict[str, Any]:
+def bench_warm_start(env: dict[str, Any], steps: int, dtypes: list[str]) -> dict[str, Any]:
     """The warm start's supervised steps as `warm_start()` takes them (same rng, batches, optimizer)."""
     model, config, tokenizer = env["model"], env["config"], env["tokenizer"]
     ws = config.warm_start
     out: dict[str, Any] = {"steps": steps, "batch_size": ws.batch_size}
     finals = {}
-    for path in ("full", "trunk"):
+    for path in ("full", "trunk", *(["trunk_bf16"] if BF16 in dtypes else [])):
         restore(model, env["base"])
         model.train()
-        trunk = FrozenTrunk.of(model) if path == "trunk" else None
+        trunk = None if path == "full" else FrozenTrunk.of(model)
+        dtype = torch.bfloat16 if path.endswith("_bf16") else torch.float32
         rng = random.Random(config.model.seed)
         optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
@@ -164,7 +184,7 @@ def bench_warm_start(env: dict[str, Any], steps: int) -> dict[str, Any]:
             tokens += sum(len(item.tokens) for item in batch)
             started = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(sft_step(model, batch, 4096, trunk))
+            losses.append(sft_step(model, batch, 4096, trunk, dtype))
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             seconds.append(time.perf_counter() - started)
@@ -178,23 +198,37 @@ def bench_warm_start(env: dict[str, Any], steps: int) -> dict[str, Any]:
     )
     out["max_weight_difference_after"] = max_weight_difference(finals["full"], finals["trunk"])
     out["next_episodes"] = same_episodes(env, finals["full"], finals["trunk"], NEXT_EPISODES)
+    if "trunk_bf16" in finals:  # against the float32 trunk path: what bfloat16 alone changes
+        bf16 = out["trunk_bf16"]
+        bf16["speedup_vs_trunk"] = out["trunk"]["s_per_step"] / bf16["s_per_step"]
+        bf16["max_loss_difference"] = max(
+            abs(a - b) for a, b in zip(out["trunk"]["losses"], bf16["losses"], strict=True)
+        )
+        bf16["max_weight_difference_after"] = max_weight_difference(finals["trunk"], finals["trunk_bf16"])
+        bf16["next_episodes"] = same_episodes(
+            env, finals["trunk"], finals["trunk_bf16"], NEXT_EPISODES, (torch.float32, torch.bfloat16)
+        )
     return out
 
 
 def same_episodes(
-    env: dict[str, Any], first: dict[str, torch.Tensor], second: dict[str, torch.Tensor], count: int
+    env: dict[str, Any],
+    first: dict[str, torch.Tensor],
+    second: dict[str, torch.Tensor],
+    count: int,
+    dtypes: tuple[torch.dtype, torch.dtype] = (torch.float32, torch.float32),
 ) -> dict[str, Any]:
     """Whether the two policies' next episodes are token-identical: `count` episodes each (validation
-    tasks, temperature 0.7, fixed seeds, concurrent on the batched generator), and where the first
-    that differs does (the largest log-prob difference before it tells a rounding flip from a bug)."""
+    tasks, temperature 0.7, fixed seeds, concurrent on the batched generator, each policy's generator
+    in its `dtypes` entry), where the first that differs does, and each policy's successes."""
     model, catalog, tokenizer = env["model"], env["catalog"], env["tokenizer"]
     tasks = load_split(catalog, "validation")
     options = env["config"].shopsim
     runs = []
-    for trained in (first, second):
+    for trained, dtype in zip((first, second), dtypes, strict=True):
         restore(model, trained)
         model.eval()
-        generator = BatchedLocalHFGenerator(model, tokenizer, seed=0)
+        generator = BatchedLocalHFGenerator(model, tokenizer, seed=0, compute_dtype=dtype)
 
         async def all_episodes(generator: Any = generator) -> list[Any]:
             return list(await asyncio.gather(*(
@@ -215,12 +249,30 @@ def same_episodes(
             continue
         at = next((k for k, (x, y) in enumerate(zip(tokens_a, tokens_b, strict=False)) if x != y), None)
         divergences.append({"episode": index, "first_differing_token": at})
-    return {"episodes": count, "identical": identical, "divergences": divergences}
+    successes = [sum(bool(t.outcome.success) for t in run) for run in runs]
+    return {"episodes": count, "identical": identical, "divergences": divergences, "successes": successes}
+
+
+# ---------------------------------------------------------------------- bfloat16's quality
+def bench_quality(env: dict[str, Any], fp32_path: str | None, bf16_path: str | None, episodes: int) -> dict[str, Any]:
+    """The demo's whole warm start in float32 and in bfloat16 (each loaded from its --weights file when
+    present), then `episodes` held-out episodes of each policy (validation tasks, fixed seeds): the
+    float32 policy in float32 against (a) the same policy decoded in bfloat16 (what bfloat16 inference
+    alone changes) and (b) the bfloat16-trained policy in bfloat16 (the demo's policy with
+    model.compute_dtype: bfloat16). Successes and token identity of each pair."""
+    fp32 = warm_weights(env, fp32_path, torch.float32)
+    bf16 = warm_weights(env, bf16_path, torch.bfloat16)
+    return {
+        "episodes": episodes,
+        "max_weight_difference": max_weight_difference(fp32, bf16),
+        "fp32_policy_decoded_in_bf16": same_episodes(env, fp32, fp32, episodes, (torch.float32, torch.bfloat16)),
+        "bf16_trained_policy_in_bf16": same_episodes(env, fp32, bf16, episodes, (torch.float32, torch.bfloat16)),
+    }
 
 
 # ---------------------------------------------------------------------- GRPO update
 def demo_rollout(
-    env: dict[str, Any], weights: dict[str, torch.Tensor], trunk: FrozenTrunk
+    env: dict[str, Any], weights: dict[str, torch.Tensor], trunk: FrozenTrunk, dtype: torch.dtype = torch.float32
 ) -> tuple[list[Any], float]:
     """One rollout of the demo driver (its hooks, curriculum, sampling) recorded for `trunk`; its items."""
     config: RunConfig = env["config"]
@@ -228,7 +280,7 @@ def demo_rollout(
     restore(model, weights)
     reset_process_state()
     generator = BatchedLocalHFGenerator(
-        model, env["tokenizer"], seed=config.driver.rollout_seed, recorder=trunk
+        model, env["tokenizer"], seed=config.driver.rollout_seed, recorder=trunk, compute_dtype=dtype
     )
     driver = LocalDriver(config, model=model, tokenizer=env["tokenizer"], generator=generator, catalog=env["catalog"],
                          tasks=env["tasks"], sink=_NoSink(), use_wandb=False, trunk=trunk)  # fmt: skip
@@ -249,7 +301,7 @@ class _NoSink:
         pass
 
 
-def bench_update(env: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+def bench_update(env: dict[str, Any], weights: dict[str, torch.Tensor], dtypes: list[str]) -> dict[str, Any]:
     config: RunConfig = env["config"]
     model, driver = env["model"], config.driver
     recorded = FrozenTrunk.of(model)
@@ -269,12 +321,15 @@ def bench_update(env: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[
                            "tokens": sum(len(item.tokens) for item in items),
                            "micro_batches": len(micro_batches(items, range(len(items)), grpo.max_tokens_per_microbatch))}  # fmt: skip
     results = {}
-    for path in ("full", "trunk", "trunk_rollout"):
+    # trunk_rollout_bf16: the demo's path in bfloat16 on the same samples (the float32 rollout's
+    # frozen-layer output: float32 hidden states either way, so the same read-back)
+    for path in ("full", "trunk", "trunk_rollout", *(["trunk_rollout_bf16"] if BF16 in dtypes else [])):
         restore(model, weights)
-        trunk = {"full": None, "trunk": FrozenTrunk.of(model), "trunk_rollout": recorded}[path]
+        trunk = FrozenTrunk.of(model) if path == "trunk" else None if path == "full" else recorded
         optimizer = torch.optim.AdamW(model.parameters(), lr=driver.lr, weight_decay=driver.weight_decay,
                                       betas=(driver.adam_beta1, driver.adam_beta2))  # fmt: skip
         trainer = GrpoTrainer(model, optimizer, grpo, trunk=trunk,
+                              compute_dtype=torch.bfloat16 if path.endswith("_bf16") else torch.float32,
                               on_micro_batch=lambda done, total, p=path: progress(f"update [{p}] micro-batch {done}/{total}"))  # fmt: skip
         before = None if trunk is None else trunk.stats
         started = time.perf_counter()
@@ -302,12 +357,46 @@ def bench_update(env: dict[str, Any], weights: dict[str, torch.Tensor]) -> dict[
     out["trunk_rollout"]["next_episodes"] = same_episodes(
         env, results["full"]["weights"], results["trunk_rollout"]["weights"], NEXT_EPISODES
     )
+    if BF16 in dtypes:
+        out["trunk_rollout_bf16"] |= bf16_update_agreement(out, results)
+        out["rollout_bf16"] = bf16_rollout(env, weights, items)
     return out
+
+
+def bf16_update_agreement(out: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """The bfloat16 update against the float32 one on the same samples and frozen-layer output."""
+    fp32, bf16 = results["trunk_rollout"], results["trunk_rollout_bf16"]
+    return {
+        "speedup_vs_trunk_rollout": out["trunk_rollout"]["seconds"] / out["trunk_rollout_bf16"]["seconds"],
+        "max_metric_difference_vs_trunk_rollout": max(
+            abs(a[k] - b[k])
+            for a, b in zip(out["trunk_rollout"]["metrics"], out["trunk_rollout_bf16"]["metrics"], strict=True)
+            for k in a
+        ),
+        "max_relative_gradient_difference_vs_trunk_rollout": max(
+            float((bf16["grads"][n] - g).norm() / g.norm()) for n, g in fp32["grads"].items() if g.norm() > 0
+        ),
+        "max_weight_difference_after_vs_trunk_rollout": max_weight_difference(fp32["weights"], bf16["weights"]),
+    }
+
+
+def bf16_rollout(env: dict[str, Any], weights: dict[str, torch.Tensor], fp32_items: list[Any]) -> dict[str, Any]:
+    """The same demo rollout (seeds, tasks) with the generator in bfloat16: its time and how many of its
+    samples are token-identical to the float32 rollout's (and where the others first differ)."""
+    progress("update: the same rollout in bfloat16")
+    items, seconds = demo_rollout(env, weights, FrozenTrunk.of(env["model"]), torch.bfloat16)
+    differing = [
+        next((k for k, (x, y) in enumerate(zip(a.tokens, b.tokens, strict=False)) if x != y), min(len(a.tokens), len(b.tokens)))
+        for a, b in zip(fp32_items, items, strict=False)
+        if list(a.tokens) != list(b.tokens)
+    ]  # fmt: skip
+    return {"rollout_s": seconds, "samples": len(items), "identical_samples": len(items) - len(differing),
+            "first_differing_token": differing}  # fmt: skip
 
 
 # ---------------------------------------------------------------------- gate episodes
 def bench_gate(
-    env: dict[str, Any], weights: dict[str, torch.Tensor], episodes: int, variants: list[int]
+    env: dict[str, Any], weights: dict[str, torch.Tensor], episodes: int, variants: list[int], dtypes: list[str]
 ) -> dict[str, Any]:
     model, tokenizer, catalog, config = env["model"], env["tokenizer"], env["catalog"], env["config"]
     restore(model, weights)
@@ -327,11 +416,12 @@ def bench_gate(
     plan = [(pairs[i // 2][0], "ab"[i % 2], pairs[i // 2][1], pairs[i // 2][2]) for i in range(episodes)]
     out: dict[str, Any] = {"episodes": episodes, "concurrency": GATE_CONCURRENCY}
     reference = None
-    for drafts in variants:
+    for dtype_name, drafts in [(d, v) for d in dtypes for v in variants]:
+        dtype = torch.bfloat16 if dtype_name == BF16 else torch.float32
         generator = BatchedLocalHFGenerator(
-            model, tokenizer, seed=0, max_batch=GATE_CONCURRENCY, draft_tokens=drafts
+            model, tokenizer, seed=0, max_batch=GATE_CONCURRENCY, draft_tokens=drafts, compute_dtype=dtype
         )
-        progress(f"gate: {episodes} episodes, draft_tokens={drafts}")
+        progress(f"gate: {episodes} episodes, draft_tokens={drafts}, {dtype_name}")
         started = time.perf_counter()
         results = asyncio.run(gate_wave(generator, plan, arms, env, options))
         wall = time.perf_counter() - started
@@ -353,8 +443,14 @@ def bench_gate(
         row["identical_episodes_to_first_variant"] = sum(
             a == b for a, b in zip(reference, tokens, strict=True)
         )
-        out[f"draft_tokens={drafts}"] = row
-        progress(f"gate draft_tokens={drafts}: {wall:.0f} s ({wall / episodes:.2f} s an episode), "
+        row["first_differing_token_to_first_variant"] = [
+            next((k for k, (x, y) in enumerate(zip(_flat(a), _flat(b), strict=False)) if x != y), None)
+            for a, b in zip(reference, tokens, strict=True)
+            if a != b
+        ]
+        key = f"draft_tokens={drafts}" + ("" if dtype_name == FP32 else f",{dtype_name}")
+        out[key] = row
+        progress(f"gate {key}: {wall:.0f} s ({wall / episodes:.2f} s an episode), "
                  f"prefill {profile.prefill_s:.0f} s, decode {profile.decode_s:.0f} s")  # fmt: skip
     return out
 
@@ -378,6 +474,10 @@ async def gate_wave(
             )  # fmt: skip
 
     return list(await asyncio.gather(*(one(*episode) for episode in plan)))
+
+
+def _flat(segments: list[list[int]]) -> list[int]:
+    return [token for segment in segments for token in segment]
 
 
 def unavoidable_prefill(trajectories: list[Any]) -> int:
@@ -416,7 +516,7 @@ def _turns(segment: Any) -> list[list[int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/local/demo_round.yaml", help="a round config: its train: section")
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated, from " + ", ".join(PARTS))
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS), help="comma-separated, from " + ", ".join(PARTS))
     parser.add_argument(
         "--weights", default=None, help="warm-started weights: loaded if present, else made and saved"
     )
@@ -425,8 +525,16 @@ def main() -> None:
     parser.add_argument(
         "--gate-variants", default="4", help="draft_tokens values, comma-separated (4: default)"
     )
+    parser.add_argument(
+        "--dtypes", default=f"{FP32},{BF16}", help="compute dtypes compared (model.compute_dtype), comma-separated"
+    )
+    parser.add_argument("--bf16-weights", default=None, help="quality: the bfloat16 warm start's weights, as --weights")
+    parser.add_argument("--quality-episodes", type=int, default=20)
     parser.add_argument("--json", default=None)
     options = parser.parse_args()
+    dtypes = options.dtypes.split(",")
+    if not set(dtypes) <= {FP32, BF16} or FP32 not in dtypes:
+        parser.error(f"--dtypes names {FP32} and optionally {BF16}")
     parts = options.parts.split(",")
     if not set(parts) <= set(PARTS):
         parser.error(f"--parts names only {', '.join(PARTS)}")
@@ -435,14 +543,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as runs_root:
         env = setup(options.config, runs_root)
         if "warm_start" in parts:
-            report["warm_start"] = bench_warm_start(env, options.warm_steps)
+            report["warm_start"] = bench_warm_start(env, options.warm_steps, dtypes)
         if "update" in parts or "gate" in parts:
             weights = warm_weights(env, options.weights)
             if "update" in parts:
-                report["update"] = bench_update(env, weights)
+                report["update"] = bench_update(env, weights, dtypes)
             if "gate" in parts:
                 variants = [int(v) for v in options.gate_variants.split(",")]
-                report["gate"] = bench_gate(env, weights, options.gate_episodes, variants)
+                report["gate"] = bench_gate(env, weights, options.gate_episodes, variants, dtypes)
+        if "quality" in parts:
+            report["quality"] = bench_quality(env, options.weights, options.bf16_weights, options.quality_episodes)
     text = json.dumps(report, indent=1, default=str)
     print(text)
     if options.json:

@@ -143,7 +143,8 @@ def test_a_bfloat16_rollout_hands_float32_hidden_states_that_the_update_reads_ba
         assert a.dtype == torch.float32
         torch.testing.assert_close(a, b, atol=BF16_VALUES, rtol=0)
     for fp32, bf16 in zip(results[torch.float32][1], first, strict=True):
-        same = next((i for i, (x, y) in enumerate(zip(fp32.token_ids, bf16.token_ids)) if x != y), len(bf16.token_ids))
+        pairs = list(zip(fp32.token_ids, bf16.token_ids, strict=False))
+        same = next((i for i, (x, y) in enumerate(pairs) if x != y), len(pairs))
         assert same > 0  # the first token drawn agrees; later ones may not (a near tie in bfloat16)
-        diffs = [abs(x - y) for x, y in zip(fp32.log_probs[:same], bf16.log_probs[:same])]
+        diffs = [abs(x - y) for x, y in zip(fp32.log_probs[:same], bf16.log_probs[:same], strict=True)]
         assert max(diffs) <= BF16_VALUES
