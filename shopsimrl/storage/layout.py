@@ -5,9 +5,10 @@
     layout.contributions                              # runs/demo-round-000/gate/contributions.json
 
 Code that writes or reads a run file imports its name from here, the way metric names come from
-`metrics/names.py`; no file name is spelled elsewhere. Names the spec binds (failure cards, proposal
-ledger, candidate pool, analysis summary, selected skillbank, gate manifest, mask assignments,
-contributions) are kept exactly. It lives in `storage`, the lowest layer that knows about files,
+`metrics/names.py`; no file name is spelled elsewhere. The names of the Analyst's and the gate's
+artifacts (failure cards, proposal ledger, candidate pool, analysis summary, selected skillbank,
+gate manifest, mask assignments, contributions: docs/analyst.md, docs/gate.md "Files") are fixed
+names that rounds and tools read and are kept exactly. It lives in `storage`, the lowest layer that knows about files,
 because every writer of the run record (metrics, tracking, the stages, the round) already imports
 `storage` and nothing below it knows about runs.
 """
@@ -32,13 +33,13 @@ RUN_RECORD_FILE = "local_run.json"  # what a finished local training produced
 SMOKE_REPORT_FILE = "smoke_report.json"
 UNMERGED_METRICS_FILE = "unmerged_rollout_metrics.jsonl"  # slime's rollout rows not yet merged
 
-# The analysis stage (names bound by the spec).
+# The analysis stage (fixed artifact names: docs/analyst.md).
 FAILURE_CARDS_FILE = "failure_cards.jsonl"
 PROPOSAL_LEDGER_FILE = "proposal_ledger.jsonl"
 CANDIDATE_POOL_FILE = "candidate_pool.json"
 SUMMARY_FILE = "analysis_summary.json"
 
-# The gate stage (names bound by the spec, then ours).
+# The gate stage (fixed artifact names first, docs/gate.md "Files"; then ours).
 GATE_MANIFEST_FILE = "online_gate_manifest.json"
 MASK_ASSIGNMENTS_FILE = "mask_assignments.json"
 CONTRIBUTIONS_FILE = "contributions.json"
