@@ -1,4 +1,4 @@
-"""Bad input and outages in the analysis stage: nothing is lost silently (issue 28).
+"""Bad input and outages in the analysis stage: nothing is lost silently.
 
 A torn last line of triage.jsonl is skipped and counted; a damaged middle line is one error naming
 the file and line, before any lesson; a group whose trace is missing is a counted skip and a

@@ -1,7 +1,7 @@
 """The firewall's adversarial set (shopsimrl.analyst.redteam): every kind of leak, written the ways
 models write it, from real gold of generated tasks; and generic lessons that must pass.
 
-Acceptance (issue 25): >= 95% of the variants of each kind rejected, >= 95% of benign lessons
+Acceptance: >= 95% of the variants of each kind rejected, >= 95% of benign lessons
 accepted. `python bench/firewall_redteam.py` prints the same rates (docs/analyst.md).
 """
 

@@ -1,6 +1,6 @@
-"""Conditional verdicts (issue 26): the gate's verdict holds for the pool it was measured in.
+"""Conditional verdicts: the gate's verdict holds for the pool it was measured in.
 
-The issue's interaction case, through the real compiler, estimator and ledger writer: two edits worth
+The interaction case, through the real compiler, estimator and ledger writer: two edits worth
 +0.14 each alone and -0.07 together average -0.035 over the fold-over's random background, so a
 gate on the pair rejects both. Neither is barred from coming back alone; the same pair again is;
 an edit rejected alone stays barred.

@@ -1,4 +1,4 @@
-"""A key given twice is refused by every config kind's loader, with both lines (issue 36).
+"""A key given twice is refused by every config kind's loader, with both lines.
 
 YAML keeps the last value of a key given twice without a word, so `design: {tasks: 20, tasks: 8}`
 would run another gate than the one written first. Each loader reads through config/files.py.

@@ -184,7 +184,7 @@ def test_unscorable_episodes_beyond_the_threshold_leave_no_report_until_a_rerun_
 
 
 def test_an_evaluation_of_a_round_on_another_catalog_is_refused_before_any_episode(eval_config, tmp_path):
-    """Issue 25: one source of the held-out set. The round's run directory records the shop it trained
+    """One source of the held-out set. The round's run directory records the shop it trained
     on; an eval in that group with another catalog (size or level) would score other held-out tasks."""
     round_dir = tmp_path / "runs" / "round-000"
     round_dir.mkdir(parents=True)

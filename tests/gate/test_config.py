@@ -111,7 +111,7 @@ def _with_design(tmp_path, **design):
 
 
 def test_min_effect_per_outcome_and_the_older_single_form(tmp_path):
-    """Issue 26: one bound per outcome; the older single `min_effect` still sets both (fails before: extra keys)."""
+    """One bound per outcome; the older single `min_effect` still sets both (fails before: extra keys)."""
     design = load_gate_config(_with_design(tmp_path, min_effect_success=0.10, min_effect_reward=0.05)).design
     assert (design.min_effect_for("success"), design.min_effect_for("reward")) == (0.10, 0.05)
     older = load_gate_config(_with_design(tmp_path, min_effect=0.2)).design

@@ -147,7 +147,7 @@ def test_holm_divisors_reproduce_holms_step_down_and_its_stopping_rule():
 
 
 def test_the_reported_interval_is_the_deciding_one_and_the_unadjusted_one_sits_beside_it():
-    """Issue 26: the interval above 0 next to "not selected". Fails on the code that reported the raw interval."""
+    """The interval above 0 next to "not selected". Fails on the code that reported the raw interval."""
     alpha = 0.025
     for seed in range(200):
         estimate = estimate_effects(_data([0.09, 0.0, 0.0], tasks=80, noise=0.5, seed=seed), CANDIDATES,

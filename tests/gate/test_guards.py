@@ -23,7 +23,7 @@ with gate_lock(Path(sys.argv[1])):
 
 
 def test_a_second_gate_on_one_directory_exits_with_one_line_naming_it_and_the_holder(gate_files, tmp_path):
-    """Issue 26: two gates on one directory cannot interleave (fails before: the second one ran)."""
+    """Two gates on one directory cannot interleave (fails before: the second one ran)."""
     config = gate_files()
     runs = tmp_path / "runs"
     gate_dir = runs / "round-000" / "gate"

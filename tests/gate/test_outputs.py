@@ -76,7 +76,7 @@ def test_ledger_copies_the_analysts_and_appends_one_verdict_per_candidate(tmp_pa
 
 
 def test_every_verdict_carries_the_pool_it_was_measured_in(tmp_path):
-    """Issue 26: a verdict is conditional on its pool; the ledger says which (fails without `pool`)."""
+    """A verdict is conditional on its pool; the ledger says which (fails without `pool`)."""
     pool = candidate_pool(SKILLBANK_EXAMPLE)
     path = write_ledger(tmp_path, None, pool, _document(pool))
     entries = [LedgerEntry.model_validate(r) for r in read_jsonl(path).records]

@@ -96,7 +96,7 @@ def test_a_damaged_middle_line_of_evaluations_is_refused_naming_the_file(gate_fi
 
 
 def test_two_scored_records_of_one_evaluation_with_different_outcomes_refuse_the_estimate(gate_files):
-    """Issue 26: the first record no longer wins silently (fails before: the gate decided on it)."""
+    """The first record no longer wins silently (fails before: the gate decided on it)."""
     config = load_gate_config(gate_files())
     run_gate(config, echo=_quiet)
     evaluations = config.gate_dir / "evaluations.jsonl"
@@ -265,7 +265,7 @@ def test_unscorable_evaluations_beyond_the_threshold_leave_the_gate_undecided_un
 
 
 def test_a_pool_that_carries_held_out_text_is_refused_before_any_episode(gate_files, tmp_path):
-    # Defence in depth (issue 25): the gate checks the pool it receives with the firewall; the
+    # Defence in depth: the gate checks the pool it receives with the firewall; the
     # problem names the intervention and the kind of leak, never the leaked text.
     from shopsimrl.shop import generate_catalog, load_split
 

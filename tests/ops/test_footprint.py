@@ -65,7 +65,7 @@ def test_formal_profile_needs_ten_saves_of_sixteen_bytes_per_parameter():
     # Each save: Megatron's torch_dist (14 B/param) and slime's --save-hf copy (bf16, 2 B/param).
     assert need.hf_copy and need.bytes_per_param == SAVE_BYTES_PER_PARAM + 2
     assert need.total_bytes == 10 * params * (SAVE_BYTES_PER_PARAM + 2) + 2 * params + 10 * GIB
-    # The issue's ~57 GB per save for ~4e9 parameters: our per-save estimate is in that range or above.
+    # A save of ~4e9 parameters is ~57 GB: our per-save estimate is in that range or above.
     assert need.save_bytes > 57e9
     smoke = disk_need(dry_run("configs/slime/smoke.env", MODELS_DIR="/nonexistent").submit, margin_gib=10)
     assert smoke.saves == 0 and smoke.total_bytes == 2 * params + 10 * GIB

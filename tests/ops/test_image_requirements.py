@@ -1,7 +1,7 @@
 """The images' requirement files derive from pyproject.toml: drift is a failing test, not a failed build.
 
 The first real build of the tools image failed at `shopsimrl --help` because the lock lacked the
-firewall's dependencies; `check` on those files listed exactly those packages (closing note, issue 33).
+firewall's dependencies; `check` on those files listed exactly those packages.
 """
 
 from __future__ import annotations

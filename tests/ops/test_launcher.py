@@ -191,7 +191,7 @@ def test_missing_settings_are_listed_together(tmp_path: Path):
                           "ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE NUM_STEPS_PER_ROLLOUT\n")
 
 
-# ------------------------------------------------------------------------- issue 16: the DRY_RUN plan
+# ----------------------------------------------------------------------------------- the DRY_RUN plan
 
 
 @pytest.mark.parametrize("config", ["configs/slime/smoke.env", "configs/slime/formal.env"])
@@ -400,7 +400,7 @@ def test_no_launch_passes_a_flag_that_breaks_the_handoff(config, start_load):
 
 
 def test_the_round_runner_hands_each_round_its_own_rollout_seed_and_start(tmp_path):
-    """Issue 27: the slime dry run of round 001, from the environment the round runner gives the train
+    """The slime dry run of round 001, from the environment the round runner gives the train
     service, shows a rollout seed other than round 000's and round 000's save as the start."""
     from shopsimrl.round import load_round_config
     from shopsimrl.round.backends import round_environment, train_environment
