@@ -16,6 +16,7 @@ from pydantic import Field
 
 from shopsimrl.config.base import StrictModel, load_config, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
+from shopsimrl.config.precision import ComputeDtype
 from shopsimrl.errors import ConfigError
 from shopsimrl.storage.layout import ANALYSIS_DIR, RunLayout
 
@@ -78,6 +79,9 @@ class TrialSettings(StrictModel):
     seed: int = 0
     max_cards: int | None = Field(None, ge=1, description="trial at most this many cards per run (CPU budget)")
     concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once, each with its attempts concurrent (sglang: many)")
+    compute_dtype: ComputeDtype = Field(
+        ComputeDtype.FLOAT32, description="generator local: the forwards' precision (bfloat16: autocast)"
+    )
 
 
 class FirewallSettings(StrictModel):

@@ -165,5 +165,9 @@ def load_trial_policy(settings: TrialSettings, options: ShopSimOptions) -> tuple
     # batch and every turn reuses its episode's KV cache (docs/rollout.md), as the local driver's
     # rollouts do.
     return tokenizer, BatchedLocalHFGenerator(
-        model, tokenizer, seed=settings.seed, max_batch=settings.concurrency * settings.attempts
+        model,
+        tokenizer,
+        seed=settings.seed,
+        max_batch=settings.concurrency * settings.attempts,
+        compute_dtype=settings.compute_dtype.torch,
     )

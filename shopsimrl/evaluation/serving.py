@@ -48,10 +48,12 @@ def load_generator(checkpoint: str, generator: GeneratorConfig, *, seed: int,
     if generator.concurrency == 1:
         from shopsimrl.rollout.generators import LocalHFGenerator
 
-        return tokenizer, LocalHFGenerator(model, tokenizer, seed=seed)
+        return tokenizer, LocalHFGenerator(model, tokenizer, seed=seed, compute_dtype=generator.compute_dtype.torch)
     from shopsimrl.rollout.generators import BatchedLocalHFGenerator
 
-    return tokenizer, BatchedLocalHFGenerator(model, tokenizer, seed=seed, max_batch=generator.concurrency)
+    return tokenizer, BatchedLocalHFGenerator(
+        model, tokenizer, seed=seed, max_batch=generator.concurrency, compute_dtype=generator.compute_dtype.torch
+    )
 
 
 def episode_options(run_dir: Path, episode: EpisodeConfig, catalog: CatalogConfig,

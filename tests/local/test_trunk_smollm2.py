@@ -13,6 +13,16 @@ which grows with depth and length. Tolerances:
   the same amount to 1e-4 of that amount. Measured: up to 1.8e-5 (AMD EPYC). A wrong position, a missing
   gradient path or a stale frozen layer gives errors of order 1 (tests/local/test_trunk.py shows the
   tests catch such mutations on the tiny model).
+
+`model.compute_dtype: bfloat16` (autocast, float32 weights) is held to bfloat16's rounding instead
+(8 significant bits, epsilon 7.8e-3; tests/local/test_precision.py does the same on the tiny model):
+
+* `BF16_LOSS` 1e-2 absolute on the loss and on the step's metrics (values of order 1; measured: 2.4e-3
+  on the warm-start loss, 9e-4 on the GRPO step's entropy, AMD EPYC).
+* `BF16_GRADIENTS` 0.2 relative per tensor and `BF16_GRADIENT` 0.05 relative for the whole gradient
+  (all 73 tensors as one vector): bfloat16's rounding over 8 layers and a few hundred positions moves
+  the smallest-gradient tensors most (measured: per tensor up to 0.08 warm start, 0.10 GRPO; see the
+  test for the whole vector). A float32 path gives ~1e-5, a lost gradient path ~1.
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ from shopsimrl.shop import load_split
 
 LOG_PROBS = 1e-4
 GRADIENTS = 1e-4
+BF16_LOSS = 1e-2
+BF16_GRADIENTS = 0.2
+BF16_GRADIENT = 0.05
 DEMO_TRAINABLE_TOP_LAYERS = 8
 
 
@@ -155,3 +168,47 @@ def test_an_update_on_what_the_rollout_computed_equals_the_full_model_step_on_sm
     full_metrics, full_grads = _grpo_step(model, items, None)
     assert trunk_metrics == pytest.approx(full_metrics, abs=LOG_PROBS)
     _assert_gradients_agree(full_grads, trunk_grads)
+
+
+def _whole_relative_difference(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> float:
+    flat = lambda grads: torch.cat([grads[name].flatten() for name in sorted(expected)])  # noqa: E731
+    return float((flat(got) - flat(expected)).norm() / flat(expected).norm())
+
+
+def _assert_bf16_gradients_agree(fp32: dict[str, torch.Tensor], bf16: dict[str, torch.Tensor]) -> None:
+    assert fp32.keys() == bf16.keys() and len(fp32) == DEMO_TRAINABLE_TOP_LAYERS * 9 + 1
+    for name, expected in fp32.items():
+        error = float((bf16[name] - expected).norm() / expected.norm())
+        assert error <= BF16_GRADIENTS, f"{name}: relative gradient difference {error:.2e} in bfloat16"
+    whole = _whole_relative_difference(fp32, bf16)
+    assert FLOAT32_ONLY < whole <= BF16_GRADIENT, f"whole gradient: relative difference {whole:.2e}"
+
+
+FLOAT32_ONLY = 1e-4  # below this the bfloat16 path would not have run in bfloat16 at all
+
+
+def test_a_bfloat16_warm_start_step_agrees_with_float32_to_bfloat16_rounding_on_smollm2(smollm2, episodes) -> None:
+    """`model.compute_dtype: bfloat16` on the demo's model, through the trunk: the warm start's step."""
+    items = _items(episodes)
+    steps = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model, _ = _fresh(smollm2)
+        steps.append((sft_step(model, items, 600, FrozenTrunk.of(model), dtype), _grads(model)))
+    (fp32_loss, fp32_grads), (bf16_loss, bf16_grads) = steps
+    assert bf16_loss == pytest.approx(fp32_loss, abs=BF16_LOSS)
+    _assert_bf16_gradients_agree(fp32_grads, bf16_grads)
+
+
+def test_a_bfloat16_grpo_step_agrees_with_float32_to_bfloat16_rounding_on_smollm2(smollm2, episodes) -> None:
+    """The same for a GRPO step (old log-probs reused, entropy), through the trunk."""
+    items = _items(episodes)
+    steps = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model, _ = _fresh(smollm2)
+        config = GrpoConfig(clip_grad=1e9, rollout_temperature=0.7, max_tokens_per_microbatch=600)
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+        trainer = GrpoTrainer(model, optimizer, config, trunk=FrozenTrunk.of(model), compute_dtype=dtype)
+        steps.append((trainer.train_rollout(items, 0, len(items)).step_metrics[0], _grads(model)))
+    (fp32_metrics, fp32_grads), (bf16_metrics, bf16_grads) = steps
+    assert bf16_metrics == pytest.approx(fp32_metrics, abs=BF16_LOSS)
+    _assert_bf16_gradients_agree(fp32_grads, bf16_grads)

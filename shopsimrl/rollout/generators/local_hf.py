@@ -25,6 +25,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
+from shopsimrl.rollout.generators.precision import compute_precision
 from shopsimrl.rollout.generators.prefill import encode_rows, row_layers
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
@@ -42,7 +43,10 @@ class LocalHFGenerator:
         stop_token_ids: list[int] | None = None,
         prefix_cache: bool = True,
         cache_max_bytes: int = DEFAULT_MAX_BYTES,
+        compute_dtype: torch.dtype = torch.float32,
     ):
+        compute_precision(compute_dtype)  # an unknown dtype is an error here, not at the first call
+        self.compute_dtype = compute_dtype  # bfloat16: the forwards under autocast (precision.py)
         self.model = model
         self.tokenizer = tokenizer
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
@@ -79,7 +83,7 @@ class LocalHFGenerator:
         log_probs: list[float] = []
         reason = FinishReason.LENGTH
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), compute_precision(self.compute_dtype):
                 cache, logits = self._prefill(input_ids, device)
                 for _ in range(params.max_new_tokens):
                     token, log_prob = sample_token(logits, params, rng)
