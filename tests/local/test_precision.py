@@ -6,11 +6,12 @@ is not held to float32 rounding: it computes the same function to ~2-3 significa
 on the tiny model (hidden 64, rows of tens of tokens; SmolLM2's are in test_trunk_smollm2.py):
 
 * `BF16_VALUES` 5e-2 absolute on log-probs, losses and metrics (values of order 1-10 after a few
-  layers of products rounded to 8 bits; measured: see the tests). A path that skipped autocast would
-  agree to 1e-6, and each test also checks the bfloat16 side is not float32's (it moved by > 1e-5).
+  layers of products rounded to 8 bits; measured on AMD EPYC: warm-start loss 3.3e-5, GRPO metrics
+  1.5e-4). A path that skipped autocast would agree to 1e-6, and the tests also check the bfloat16
+  side is not float32's (it moved by > 1e-5).
 * `BF16_GRADIENTS` 0.1 relative per parameter tensor (||g_bf16 - g_fp32|| <= 0.1 ||g_fp32||): the
-  direction of every tensor's gradient to about 6 degrees. A lost gradient path or a wrong position
-  gives errors of order 1.
+  direction of every tensor's gradient to about 6 degrees (measured: 1.1%). A lost gradient path or
+  a wrong position gives errors of order 1.
 """
 
 from __future__ import annotations

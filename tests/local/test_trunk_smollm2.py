@@ -19,10 +19,11 @@ which grows with depth and length. Tolerances:
 
 * `BF16_LOSS` 1e-2 absolute on the loss and on the step's metrics (values of order 1; measured: 2.4e-3
   on the warm-start loss, 9e-4 on the GRPO step's entropy, AMD EPYC).
-* `BF16_GRADIENTS` 0.2 relative per tensor and `BF16_GRADIENT` 0.05 relative for the whole gradient
+* `BF16_GRADIENTS` 0.2 relative per tensor and `BF16_GRADIENT` 0.1 relative for the whole gradient
   (all 73 tensors as one vector): bfloat16's rounding over 8 layers and a few hundred positions moves
-  the smallest-gradient tensors most (measured: per tensor up to 0.08 warm start, 0.10 GRPO; see the
-  test for the whole vector). A float32 path gives ~1e-5, a lost gradient path ~1.
+  the smallest-gradient tensors most (measured on AMD EPYC: per tensor up to 0.08 warm start, 0.10
+  GRPO; the whole GRPO gradient 0.047; another CPU's bfloat16 kernels round differently, hence 2x).
+  A float32 path gives ~1e-5, a lost gradient path ~1.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ LOG_PROBS = 1e-4
 GRADIENTS = 1e-4
 BF16_LOSS = 1e-2
 BF16_GRADIENTS = 0.2
-BF16_GRADIENT = 0.05
+BF16_GRADIENT = 0.1
 DEMO_TRAINABLE_TOP_LAYERS = 8
 
 
