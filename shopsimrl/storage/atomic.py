@@ -45,27 +45,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     `path` and the cause; the old file, if any, stays intact.
     """
     target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = open_temp(target)
-    except OSError as exc:
-        raise storage_error(target, exc) from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException as exc:
-        # Clean up the temp file on any failure (full disk, signal): the old file stays intact.
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError):
-            raise storage_error(target, exc) from exc
-        raise
-    fsync_directory(target.parent)
+    with atomic_open(target, "wb") as handle:
+        handle.write(data)
     return target
 
 
