@@ -520,6 +520,45 @@ ROUNDS_CANDIDATES = _declare(
 ROUNDS_SELECTED = _declare(
     "rounds/selected", "interventions", "-", _D.INFORMATIONAL, "candidate edits the round's gate selected"
 )
+# With the round config's boundary_eval: the held-out evaluation at the round's end (round/boundary.py).
+# `<id>` of the paired differences is `previous` (the round before; the chain's start for its first
+# round) or `start` (the chain's first round's start policy): after - before on the same episodes.
+ROUNDS_HELDOUT_SUCCESS = _declare(
+    "rounds/heldout_success_rate", "fraction", "scored held-out episodes", _D.HIGHER_IS_BETTER,
+    "success rate of the round's final checkpoint with the skillbank it hands on (the chain's fixed plan)",
+)
+ROUNDS_HELDOUT_SUCCESS_CI_LOW = _declare(
+    "rounds/heldout_success_ci_low", "fraction", "scored held-out episodes", _D.INFORMATIONAL,
+    "lower end of the 95% Wilson interval of rounds/heldout_success_rate",
+)
+ROUNDS_HELDOUT_SUCCESS_CI_HIGH = _declare(
+    "rounds/heldout_success_ci_high", "fraction", "scored held-out episodes", _D.INFORMATIONAL,
+    "upper end of the 95% Wilson interval of rounds/heldout_success_rate",
+)
+ROUNDS_HELDOUT_REWARD = _declare(
+    "rounds/heldout_reward_mean", "reward in [0, 1]", "scored held-out episodes", _D.HIGHER_IS_BETTER,
+    "mean partial-credit reward of the same evaluation",
+)
+ROUNDS_HELDOUT_START_SUCCESS = _declare(
+    "rounds/heldout_start_success_rate", "fraction", "scored held-out episodes", _D.INFORMATIONAL,
+    "success rate of the chain's start policy on the same plan (logged on the first round's row)",
+)
+ROUNDS_HELDOUT_DELTA = _declare(
+    "rounds/heldout_success_delta_<id>", "fraction", "held-out episodes scored in both", _D.HIGHER_IS_BETTER,
+    "paired success difference, this round's final - <id>",
+)
+ROUNDS_HELDOUT_DELTA_CI_LOW = _declare(
+    "rounds/heldout_success_delta_<id>_ci_low", "fraction", "held-out episodes scored in both", _D.INFORMATIONAL,
+    "lower end of the 95% task-cluster bootstrap interval of the paired difference",
+)
+ROUNDS_HELDOUT_DELTA_CI_HIGH = _declare(
+    "rounds/heldout_success_delta_<id>_ci_high", "fraction", "held-out episodes scored in both", _D.INFORMATIONAL,
+    "upper end of the 95% task-cluster bootstrap interval of the paired difference",
+)
+ROUNDS_HELDOUT_DELTA_P = _declare(
+    "rounds/heldout_success_delta_<id>_p", "probability", "tasks with a non-zero difference", _D.INFORMATIONAL,
+    "two-sided sign-flip permutation p of the paired difference (per-task means)",
+)
 ROUNDS_SUMMARY_TABLE = "rounds/summary"  # a W&B Table: one row per round
 
 

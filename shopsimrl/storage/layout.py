@@ -68,6 +68,11 @@ ROUND_CURVES_FILE = "round_curves.png"
 # A chain of rounds: runs/<name>-rounds/.
 ROUNDS_REPORT_FILE = "rounds_report.md"
 ROUNDS_CURVES_FILE = "rounds_curves.png"
+BOUNDARY_PLAN_FILE = "boundary_eval_plan.json"  # the chain's one held-out plan, written once
+BOUNDARY_RESULTS_FILE = "boundary_eval.json"  # per round: held-out outcomes and paired differences
+ROUNDS_HELDOUT_FILE = "rounds_heldout.png"  # held-out success per round with its interval
+BOUNDARY_START_EVAL = "boundary-start"  # runs/<first group>/eval/<this>/: the chain's start policy
+BOUNDARY_FINAL_EVAL = "boundary-final"  # runs/<group>/eval/<this>/: the round's final checkpoint
 
 
 @dataclass(frozen=True)
