@@ -31,7 +31,7 @@ from shopsimrl.local.warm_start import sft_step
 from shopsimrl.local.warm_start_cache import warm_start_key
 from shopsimrl.models import tiny_model, tiny_tokenizer
 from shopsimrl.rollout.generators import BatchedLocalHFGenerator, LocalHFGenerator
-from shopsimrl.rollout.generators.precision import compute_precision
+from shopsimrl.rollout.generators.precision import InferencePrecision, compute_precision
 
 BF16_VALUES = 5e-2
 BF16_GRADIENTS = 0.1
@@ -174,3 +174,56 @@ def test_the_sequential_generator_in_bfloat16_draws_from_bfloat16_logits() -> No
     assert bf16.token_ids[0] == fp32.token_ids[0]
     assert abs(bf16.log_probs[0] - fp32.log_probs[0]) <= BF16_VALUES
     assert bf16.log_probs[0] != fp32.log_probs[0]
+
+
+def _autocast_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode(), compute_precision(torch.bfloat16):
+        return model(input_ids=ids).logits
+
+
+def test_inference_precision_computes_autocasts_products_from_kept_bfloat16_weights() -> None:
+    """A generator's bfloat16 forwards compute the linears with bfloat16 copies of their weights
+    (precision.py): the copy rounds as autocast's own cast does, so the logits are autocast's exactly
+    (same operands, same kernels on one machine), not merely close. The copies are taken on entry: a
+    weight changed inside does not reach the products (which is how the test sees the copies are
+    used), and the next entry sees it. The model's parameters stay its own float32 tensors throughout,
+    trainable ones still trainable, also after a forward that raised."""
+    model = _model()
+    ids = torch.tensor([list(range(40, 70))])
+    precision = InferencePrecision(model, torch.bfloat16)
+    parameters = dict(model.named_parameters())
+    trainable = next(m for m in reversed(list(model.modules())) if isinstance(m, torch.nn.Linear) and m.weight.requires_grad)
+    saved = trainable.weight.detach().clone()
+    with torch.inference_mode(), precision.forwards():
+        kept = model(input_ids=ids).logits
+        assert dict(model.named_parameters()) == parameters
+        with torch.inference_mode(False), torch.no_grad():
+            trainable.weight.add_(0.05)  # what an optimizer step does: in place, the same tensor
+        assert torch.equal(model(input_ids=ids).logits, kept)
+    stepped = _autocast_logits(model, ids)
+    assert (stepped - kept).abs().max() > BF16_VALUES
+    with torch.inference_mode(), precision.forwards():
+        assert torch.equal(model(input_ids=ids).logits, stepped)
+    with torch.no_grad():
+        trainable.weight.copy_(saved)  # in place again: a new version, the old values
+    with torch.inference_mode(), precision.forwards():
+        assert torch.equal(model(input_ids=ids).logits, kept)
+    assert torch.equal(kept, _autocast_logits(model, ids))
+    assert dict(model.named_parameters()) == parameters
+    assert all(p.dtype == torch.float32 for p in parameters.values())
+    assert any(p.requires_grad for p in parameters.values())
+
+    with pytest.raises(RuntimeError, match="inside the forward"), precision.forwards():
+        raise RuntimeError("inside the forward")
+    assert "forward" not in vars(trainable)  # the class's forward again
+    assert torch.equal(_autocast_logits(model, ids), kept)
+
+
+def test_float32_inference_precision_leaves_the_model_alone() -> None:
+    model = _model()
+    ids = torch.tensor([list(range(40, 60))])
+    with torch.inference_mode():
+        plain = model(input_ids=ids).logits
+    with torch.inference_mode(), InferencePrecision(model, torch.float32).forwards():
+        assert not any("forward" in vars(m) for m in model.modules())
+        assert torch.equal(model(input_ids=ids).logits, plain)

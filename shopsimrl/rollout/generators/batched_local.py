@@ -72,7 +72,7 @@ import torch
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
 from shopsimrl.rollout.generators.hidden_tap import HiddenRecorder, HiddenTap
-from shopsimrl.rollout.generators.precision import compute_precision
+from shopsimrl.rollout.generators.precision import InferencePrecision
 from shopsimrl.rollout.generators.prefill import (
     EncodedRows,
     GenerationProfile,
@@ -155,7 +155,7 @@ class BatchedLocalHFGenerator:
         recorder: HiddenRecorder | None = None,
         compute_dtype: torch.dtype = torch.float32,
     ):
-        compute_precision(compute_dtype)  # an unknown dtype is an error here, not at the first batch
+        precision = InferencePrecision(model, compute_dtype)  # an unknown dtype is an error here
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         if draft_tokens < 0:
@@ -182,8 +182,9 @@ class BatchedLocalHFGenerator:
         self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
         # Hands every row's hidden states at `recorder.layer` over (hidden_tap.py); with KV reuse only.
         self._recorder = recorder
-        # bfloat16: the forwards under autocast (precision.py); float32 weights either way.
+        # bfloat16: the forwards under autocast with bfloat16 copies of the linear weights (precision.py).
         self.compute_dtype = compute_dtype
+        self._precision = precision
 
     @property
     def stats(self) -> BatchStats:
@@ -353,7 +354,7 @@ class BatchedLocalHFGenerator:
     def _decoding(self) -> Iterator[None]:
         """One thread at a time on the model (it, the prefix cache and the stats are shared), no autograd,
         the forwards in the generator's compute precision."""
-        with self._model_lock, torch.inference_mode(), compute_precision(self.compute_dtype):
+        with self._model_lock, torch.inference_mode(), self._precision.forwards():
             yield
 
     def _decodable(self, rows: list[_Row]) -> list[_Row]:

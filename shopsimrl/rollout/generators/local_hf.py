@@ -25,7 +25,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
-from shopsimrl.rollout.generators.precision import compute_precision
+from shopsimrl.rollout.generators.precision import InferencePrecision
 from shopsimrl.rollout.generators.prefill import encode_rows, row_layers
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
@@ -45,8 +45,10 @@ class LocalHFGenerator:
         cache_max_bytes: int = DEFAULT_MAX_BYTES,
         compute_dtype: torch.dtype = torch.float32,
     ):
-        compute_precision(compute_dtype)  # an unknown dtype is an error here, not at the first call
-        self.compute_dtype = compute_dtype  # bfloat16: the forwards under autocast (precision.py)
+        # bfloat16: the forwards under autocast with bfloat16 linear weights (precision.py); an unknown
+        # dtype is an error here, not at the first call.
+        self._precision = InferencePrecision(model, compute_dtype)
+        self.compute_dtype = compute_dtype
         self.model = model
         self.tokenizer = tokenizer
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
@@ -83,7 +85,7 @@ class LocalHFGenerator:
         log_probs: list[float] = []
         reason = FinishReason.LENGTH
         try:
-            with torch.inference_mode(), compute_precision(self.compute_dtype):
+            with torch.inference_mode(), self._precision.forwards():
                 cache, logits = self._prefill(input_ids, device)
                 for _ in range(params.max_new_tokens):
                     token, log_prob = sample_token(logits, params, rng)
