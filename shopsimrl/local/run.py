@@ -97,7 +97,9 @@ def freeze_below(model: Any, top_layers: int) -> int:
 
 def summary_line(config: RunConfig, model: Any) -> str:
     d = config.driver
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the weights'
+    if config.model.compute_dtype.value != dtype:  # bfloat16 forwards over float32 weights (autocast)
+        dtype += f" compute={config.model.compute_dtype.value}"
     # The device the policy really runs on (a GPU host's local backend still trains on the CPU).
     device = next(model.parameters()).device
     devices = f"{device.type}:1"

@@ -227,3 +227,14 @@ def test_float32_inference_precision_leaves_the_model_alone() -> None:
     with torch.inference_mode(), InferencePrecision(model, torch.float32).forwards():
         assert not any("forward" in vars(m) for m in model.modules())
         assert torch.equal(model(input_ids=ids).logits, plain)
+
+
+def test_the_run_header_names_bfloat16_forwards_over_float32_weights(tiny_config) -> None:
+    from shopsimrl.local.run import summary_line
+
+    raw = tiny_config().model_dump(mode="json")
+    fp32 = run_config_from_mapping(raw, "t.yaml")
+    bf16 = run_config_from_mapping({**raw, "model": {**raw["model"], "compute_dtype": "bfloat16"}}, "t.yaml")
+    model = _model()
+    assert " dtype=float32 model=" in summary_line(fp32, model)
+    assert " dtype=float32 compute=bfloat16 model=" in summary_line(bf16, model)
