@@ -4,6 +4,7 @@
     result = run_round(load_round_config("configs/local/demo_round.yaml"), settings=WandbSettings.from_env())
 
 CLI: `shopsimrl training round CONFIG` (shopsimrl/round/commands.py); docs/operations.md has the runbook.
+`boundary.py`: held-out evaluation at every round boundary of a chain (the config's `boundary_eval:`).
 """
 
 from shopsimrl.round.config import RoundConfig, load_round_config, next_group, round_config_from_mapping

@@ -13,6 +13,8 @@ sections may not set what derives from them (`train.run`, the three seeds of see
 run config without `run:`; `docker`, the compose service that runs slime (`service: train`) and the
 slime plugin options (`shopsim:`, as in configs/shopsim.formal.yaml). `tracking:` (optional) is the
 W&B settings of the round when the command line gives none: a next round keeps its predecessor's.
+`boundary_eval:` (optional) is the held-out evaluation at every round boundary of a chain
+(`shopsimrl training rounds`, boundary.py): one plan, checked at load against the round's catalog.
 Every problem of the file, the stages' own validation included, is reported at once in one
 `ConfigError`.
 """
@@ -31,9 +33,13 @@ from shopsimrl.config.base import StrictModel, read_config, schema_version_check
 from shopsimrl.config.files import validation_problems
 from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_options
 from shopsimrl.errors import ConfigError
+from shopsimrl.evaluation.config import EvalConfig
+from shopsimrl.evaluation.episode_config import DEMO_CHECKPOINT, GeneratorConfig
 from shopsimrl.gate.config import GateConfig
-from shopsimrl.local.config import RunConfig, RunMode, run_config_from_mapping
+from shopsimrl.local.config import ModelName, RunConfig, RunMode, run_config_from_mapping
+from shopsimrl.models.checkpoint import WARM_START_DIR
 from shopsimrl.round.seeds import RoundSeeds, round_index, round_seeds
+from shopsimrl.shop.tasks import MAX_HELD_OUT
 from shopsimrl.storage.layout import SHOPSIM_CONFIG_FILE, TRAIN_CONFIG_FILE, RunLayout
 
 ROUND_CONFIG_SCHEMA_VERSION = 1
@@ -109,6 +115,26 @@ class Tracking(StrictModel):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class BoundaryEval(StrictModel):
+    """`boundary_eval:` (optional; absent = off): held-out episodes at every round boundary of a chain.
+
+    One plan for the whole chain (boundary.py writes it once at the chain's root and refuses a change):
+    the first `tasks` tasks of `split` x `seeds` episodes, every sampling and environment seed fixed by
+    `seed`, on the training's catalog. Each round's final checkpoint is evaluated with the skillbank its
+    gate hands on (every active chunk), and the chain's first round's start once, so every evaluation
+    pairs with every other episode by episode."""
+
+    split: Literal["validation", "test"] = "validation"
+    tasks: int = Field(40, ge=1, le=MAX_HELD_OUT, description="the first N tasks of the split")
+    seeds: int = Field(2, ge=1, description="episodes per task, each with its own fixed seeds")
+    seed: int = Field(0, ge=0, description="seeds every episode's seeds (the same for every round)")
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    episode: dict[str, Any] = Field(
+        default_factory=dict, description="EpisodeConfig fields; unset ones follow the training's (as the gate's)"
+    )
+    bootstrap_samples: int = Field(2000, ge=100, description="resamples of the task-cluster bootstrap")
+
+
 class RoundConfig(StrictModel):
     schema_version: int = ROUND_CONFIG_SCHEMA_VERSION
     round: RoundIdentity
@@ -116,6 +142,7 @@ class RoundConfig(StrictModel):
     analysis: dict[str, Any] = Field(default_factory=dict, description="an analysis config without `run:`")
     gate: dict[str, Any] = Field(default_factory=dict, description="a gate config without round/inputs")
     tracking: Tracking | None = None
+    boundary_eval: BoundaryEval | None = Field(None, description="held-out eval at every round boundary (chains)")
     _source: str = PrivateAttr("<mapping>")
 
     @classmethod
@@ -244,6 +271,43 @@ class RoundConfig(StrictModel):
         except ValidationError as exc:
             raise ConfigError(f"{self.source} (gate)", validation_problems(exc, "gate")) from None
 
+    def start_policy(self) -> str:
+        """The policy before the round's first GRPO step, as `shopsimrl eval` names it: the saved
+        warm start, else the start checkpoint, else the shipped demo model (the base of `smollm2`).
+        ConfigError when there is none to evaluate (the tiny model's random start is not saved)."""
+        train = self.train_config()
+        if train.warm_start.enabled:
+            if not train.warm_start.save:
+                raise ConfigError(self.source, ["train.warm_start.save: boundary_eval evaluates the round's start, "
+                                                "the warm-started policy; set save: true"])  # fmt: skip
+            return str(self.checkpoint_dir / WARM_START_DIR)
+        if self.round.start_checkpoint is not None:
+            return self.round.start_checkpoint
+        if train.model.name is ModelName.SMOLLM2:  # the shipped GGUF is its untrained start
+            return DEMO_CHECKPOINT
+        raise ConfigError(self.source, [f"boundary_eval: the round starts from the untrained {train.model.name.value} "
+                                        "model, which has no checkpoint to evaluate; enable train.warm_start with "
+                                        "save: true, or give round.start_checkpoint"])  # fmt: skip
+
+    def boundary_eval_config(self, checkpoint: str, skillbank: str | None, name: str) -> EvalConfig:
+        """The evaluation of `checkpoint` with every active chunk of `skillbank` under the chain's plan,
+        into runs/<group>/eval/<name>/, on the training's catalog and episode limits."""
+        section = self.boundary_eval
+        if section is None:
+            raise ConfigError(self.source, ["boundary_eval: not configured"])
+        shopsim = self.shopsim()
+        episode = {"tool_call_format": shopsim.tool_call_format, "max_turns": shopsim.max_turns,
+                   "max_new_tokens_per_turn": shopsim.max_new_tokens_per_turn, **section.episode}  # fmt: skip
+        raw = {"checkpoint": checkpoint, "split": section.split, "tasks": section.tasks, "seeds": section.seeds,
+               "seed": section.seed, "skillbank": skillbank, "mask": "full" if skillbank else "none", "name": name,
+               "runs_root": self.round.runs_root, "group": self.group,
+               "generator": section.generator.model_dump(mode="json"), "episode": episode,
+               "catalog": shopsim.catalog.model_dump(mode="json"), "bootstrap_samples": section.bootstrap_samples}  # fmt: skip
+        try:
+            return EvalConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(f"{self.source} (boundary_eval)", validation_problems(exc, "boundary_eval")) from None
+
 
 def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
     """Validate the round, derive each stage's config once and check what the stages will read that
@@ -300,6 +364,8 @@ def round_config_from_mapping(raw: Any, source: str) -> RoundConfig:
         problems.extend(p if p.startswith("gate.") else f"gate.{p}" for p in exc.problems)
     if shopsim is not None and shopsim.skillbank and gate is not None:
         problems.extend(input_problems(shopsim, gate))
+    if config.boundary_eval is not None and shopsim is not None:
+        problems.extend(_boundary_problems(config))
     if problems:
         raise ConfigError(source, list(dict.fromkeys(problems)))
     return config
@@ -323,6 +389,26 @@ def input_problems(shopsim: ShopSimOptions, gate: GateConfig) -> list[str]:
         problems.append(f"gate.design.tasks: {gate.design.tasks}, but the {gate.design.split} split of the round's "
                         f"catalog (train.shopsim.catalog: seed {shopsim.catalog.seed}, {shopsim.catalog.num_products} "
                         f"products) has only {available} tasks")  # fmt: skip
+    return problems
+
+
+def _boundary_problems(config: RoundConfig) -> list[str]:
+    """What the boundary evaluations would refuse after training, found now."""
+    if config.trainer != "local":  # a slime round's checkpoint is served by SGLang, not evaluated in this process
+        return ["boundary_eval: only with round.trainer local (the evaluations run in this process)"]
+    problems: list[str] = []
+    try:
+        eval_config = config.boundary_eval_config(config.start_policy(), str(config.shopsim().skillbank), "check")
+    except ConfigError as exc:
+        return [p if p.startswith(("boundary_eval", "train.")) else f"boundary_eval.{p}" for p in exc.problems]
+    from shopsimrl.shop import load_split
+
+    shop = eval_config.catalog
+    available = len(load_split(shop.build(), eval_config.split, limit=eval_config.tasks))
+    if available < eval_config.tasks:
+        problems.append(f"boundary_eval.tasks: {eval_config.tasks}, but the {eval_config.split} split of the round's "
+                        f"catalog (train.shopsim.catalog: seed {shop.seed}, {shop.num_products} products) has only "
+                        f"{available} tasks")  # fmt: skip
     return problems
 
 
