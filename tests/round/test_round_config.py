@@ -15,7 +15,7 @@ SHIPPED = sorted((ROOT / "configs" / "local").glob("*round*.yaml"))
 
 
 def test_the_round_configs_are_shipped():
-    assert [p.name for p in SHIPPED] == ["demo_round.yaml", "round.yaml", "tiny_round.yaml"]
+    assert [p.name for p in SHIPPED] == ["demo_round.yaml", "learning_rounds.yaml", "round.yaml", "tiny_round.yaml"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
