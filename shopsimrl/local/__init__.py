@@ -6,9 +6,12 @@ Importing this package loads only the configuration types (no torch). The parts,
 - `shopsimrl.local.hooks`: `load_function`, `resolve_hooks`
 - `shopsimrl.local.driver`: `LocalDriver`, `build_args`, `RolloutReport`
 - `shopsimrl.local.grpo`: `GrpoConfig`, `GrpoTrainer`, `TrainItem`, `policy_loss`, `score_responses`
+- `shopsimrl.local.ppo`: `PpoConfig`, `PpoTrainer` (advantage_estimator: ppo); `shopsimrl.local.critic`:
+  `ValueHead`, `value_loss`; `shopsimrl.local.gae`: `gae`, `masked_whiten`, `rollout_statistics`
 - `shopsimrl.local.warm_start`: `warm_start`, `expert_items`, `sft_step`
 - `shopsimrl.local.run`: `run_training`, `RunResult`
-- `shopsimrl.local.smoke`: `evaluate_smoke`, `write_smoke_report` (the smoke run's acceptance report)
+- `shopsimrl.local.smoke`: `evaluate_smoke`, `write_smoke_report` (the smoke run's acceptance report);
+  `shopsimrl.local.ppo_smoke`: the PPO micro smoke's criteria and observations
 - `shopsimrl.local.commands`: the `shopsimrl train` click group
 """
 

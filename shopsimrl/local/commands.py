@@ -168,11 +168,14 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
         result.summary_line,
         active_chunks=chunks,
         in_group_reward_difference=any(r.in_group_reward_difference for r in result.reports),
+        ppo=config.uses_critic,
     )
     path = write_smoke_report(report, result.stage_dir)
     for criterion in report.criteria:
         marker = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN"}[criterion.status]
         click.echo(f"{marker:4}  {criterion.name}: {criterion.evidence}")
+    if report.observations is not None:  # beside the verdict, never part of it
+        click.echo("observations (not part of pass): " + json.dumps(report.observations, sort_keys=True))
     click.echo(f"smoke report: {path}")
     click.echo(json.dumps({"passed": report.passed}))
     if not report.passed:

@@ -3,6 +3,8 @@
 driver:      slime's own argument names (rollout_batch_size, n_samples_per_prompt, ...)
 hooks:       the dotted paths slime would be given (defaults: docs/contracts.md)
 model:       which in-process model (tiny | smollm2)
+critic:      the PPO critic's own optimizer (read only with driver.advantage_estimator: ppo;
+             local/critic.py); slime's PPO flags (gamma, lambd, value_clip, ...) are in `driver:`
 warm_start:  the supervised pass on the expert's trajectories before GRPO
 run:         where the run directory lives and what it is called
 shopsim:     the plugin options of the hooks (shopsimrl.config.ShopSimOptions), exactly as in the
@@ -29,6 +31,11 @@ from shopsimrl.errors import ConfigError
 from shopsimrl.storage.layout import RunLayout
 
 CONFIG_SCHEMA_VERSION = 1
+PPO_ESTIMATOR = "ppo"
+# The estimators whose update the local backend implements: grpo (slime's policy loss on group-normalised
+# rewards, rollout/advantages.py) and ppo (a critic and GAE, local/ppo.py). gspo's sequence-level ratio,
+# cispo's loss and reinforce++'s returns are not reproduced, so they are refused rather than run as grpo.
+LOCAL_ESTIMATORS = frozenset({"grpo", PPO_ESTIMATOR})
 
 
 class KlLossType(StrEnum):
@@ -67,7 +74,15 @@ class DriverConfig(StrictModel):
     rollout_max_response_len: int = Field(256, ge=1, description="max new tokens per model turn")
     rollout_seed: int = 42
     rollout_shuffle: bool = True
-    advantage_estimator: str = "grpo"
+    advantage_estimator: str = Field(
+        "grpo", description="grpo (group-normalised rewards) or ppo (a critic and GAE, local/ppo.py)"
+    )
+    # PPO (slime's flags; read only with advantage_estimator: ppo)
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount (slime --gamma)")
+    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda (slime --lambd)")
+    value_clip: float = Field(0.2, gt=0, description="clip of the value loss around the old values (slime --value-clip)")
+    normalize_advantages: bool = Field(False, description="whiten the rollout's advantages over loss-masked tokens")
+    num_critic_only_steps: int = Field(0, ge=0, description="first rollouts that train the critic only")
     eps_clip: float = Field(0.2, ge=0)
     eps_clip_high: float = Field(0.28, ge=0)
     entropy_coef: float = 0.0
@@ -105,6 +120,20 @@ class DriverConfig(StrictModel):
     @property
     def num_steps_per_rollout(self) -> int:
         return self.rollout_batch_size * self.n_samples_per_prompt // self.global_batch_size
+
+
+class CriticConfig(StrictModel):
+    """The local critic's optimizer: what slime's `--megatron-config-path` role `critic` overrides.
+
+    The critic is a value head on the policy's final hidden states (local/critic.py, docs/local_backend.md).
+    """
+
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.98, ge=0, lt=1)
+    clip_grad: float = Field(1.0, gt=0)
+    seed: int = Field(0, description="initialisation of the value head")
 
 
 class HookPaths(StrictModel):
@@ -172,7 +201,18 @@ class RunConfig(StrictModel):
     hooks: HookPaths = Field(default_factory=HookPaths)
     model: ModelConfig = Field(default_factory=ModelConfig)
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    critic: CriticConfig | None = Field(None, description="only with driver.advantage_estimator: ppo")
     shopsim: ShopSimOptions
+
+    @property
+    def uses_critic(self) -> bool:
+        """slime's `use_critic`: the estimator is ppo."""
+        return self.driver.advantage_estimator == PPO_ESTIMATOR
+
+    @property
+    def critic_config(self) -> CriticConfig:
+        """The `critic:` section, or its defaults when a PPO config leaves it out."""
+        return self.critic if self.critic is not None else CriticConfig()
 
     @property
     def stage_dir(self) -> Path:
@@ -181,6 +221,17 @@ class RunConfig(StrictModel):
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.run.checkpoints_root) / self.run.group
+
+
+def _estimator_problems(config: RunConfig) -> list[str]:
+    estimator = config.driver.advantage_estimator
+    problems = []
+    if estimator not in LOCAL_ESTIMATORS:
+        problems.append(f"driver.advantage_estimator: {estimator!r} is not one the local backend runs "
+                        f"({', '.join(sorted(LOCAL_ESTIMATORS))})")  # fmt: skip
+    if config.critic is not None and estimator != PPO_ESTIMATOR:
+        problems.append(f"critic: only read with driver.advantage_estimator: ppo (it is {estimator!r}); remove it")
+    return problems
 
 
 def _run_dir_problems(config: RunConfig) -> list[str]:
@@ -199,7 +250,8 @@ def run_config_from_mapping(raw: Any, source: str) -> RunConfig:
         root = run.get("runs_root", RunSection.model_fields["runs_root"].default)
         group = run.get("group", RunSection.model_fields["group"].default)
         data[OPTIONS_KEY] = {**shopsim, "run_dir": str(RunLayout(Path(str(root)) / str(group)).train_dir)}
-    return validate_config(data, RunConfig, source, (schema_version_check(CONFIG_SCHEMA_VERSION), _run_dir_problems))
+    checks = (schema_version_check(CONFIG_SCHEMA_VERSION), _run_dir_problems, _estimator_problems)
+    return validate_config(data, RunConfig, source, checks)
 
 
 def load_run_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> RunConfig:

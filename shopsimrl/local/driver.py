@@ -12,6 +12,9 @@ Per rollout (docs/local_backend.md, "The rollout loop"), in the order of slime v
    `rollout/*` means, which on the GPU backend arrive as a second row with the same step);
 5. the reward post-process turns rewards into advantages; the GRPO trainer runs
    `num_steps_per_rollout` optimizer steps, one `train/*` row each with `train/step`;
+   with `advantage_estimator: ppo` (local/ppo.py) the post-process returns the raw rewards, and the
+   PPO trainer logs a `rollout/values|returns|advantages` row with `rollout/step`, then the critic's
+   `train/critic-*` rows and the actor's `train/*` rows;
 6. one `perf/*` row of the training timers with `rollout/step`.
 
 Every hook is resolved by the dotted path slime would be given and called with slime's signature
@@ -35,7 +38,9 @@ import torch
 from shopsimrl.config.options import options_from_args
 from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
+from shopsimrl.local.critic import ValueHead
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
+from shopsimrl.local.ppo import PpoConfig, PpoTrainer
 from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
@@ -141,6 +146,8 @@ class RolloutReport:
     completed_groups: int
     waves: list[int]
     in_group_reward_difference: bool
+    ppo_row: dict[str, Any] | None = None  # PPO: rollout/values|returns|advantages and rollout/ppo/*
+    critic_rows: list[dict[str, Any]] = field(default_factory=list)  # PPO: one per critic optimizer step
 
 
 class LocalDriver:
@@ -196,6 +203,7 @@ class LocalDriver:
             on_micro_batch=lambda done, total: self.on_event("micro_batch", {"done": done, "total": total}),
             trunk=trunk, compute_dtype=config.model.compute_dtype.torch,
         )  # fmt: skip
+        self.ppo: PpoTrainer | None = _ppo_trainer(config, model, self.trainer) if config.uses_critic else None
 
     # ------------------------------------------------------------------ rollout (RolloutManager side)
     async def _generate_and_rm(self, sample: Any, sampling_params: dict[str, Any]) -> Any:
@@ -308,23 +316,39 @@ class LocalDriver:
         self.on_event("rollout_logged", {"rollout_id": rollout_id, "row": row})
 
         items = train_items(samples, rewards)
-        result: RolloutTrainResult = self.trainer.train_rollout(items, rollout_id, args.global_batch_size)
-        for step_row in result.step_metrics:
+        ppo_row: dict[str, Any] | None = None
+        critic_rows: list[dict[str, Any]] = []
+        if self.ppo is not None:
+            ppo_result = self.ppo.train_rollout(items, rollout_id, args.global_batch_size)
+            # slime logs these from the actor's rollout data: a second row with the same rollout/step
+            ppo_row = {**ppo_result.rollout_metrics, m.ROLLOUT_STEP.name: rollout_id}
+            self.sink.log(ppo_row)
+            critic_rows = ppo_result.critic_step_metrics
+            for critic_row in critic_rows:
+                self.sink.log(critic_row)
+                self.on_event("critic_step", {"rollout_id": rollout_id, "row": critic_row})
+            step_metrics, train_perf = ppo_result.step_metrics, ppo_result.perf_metrics
+        else:
+            result: RolloutTrainResult = self.trainer.train_rollout(items, rollout_id, args.global_batch_size)
+            step_metrics, train_perf = result.step_metrics, result.perf_metrics
+        for step_row in step_metrics:
             self.sink.log(step_row)
             self.on_event("train_step", {"rollout_id": rollout_id, "row": step_row})
-        perf_row = dict(result.perf_metrics)
+        perf_row = dict(train_perf)
         perf_row[m.PERF_STEP_TIME.name] = time.perf_counter() - step_start
         perf_row[m.ROLLOUT_STEP.name] = rollout_id
         self.sink.log(perf_row)
         return RolloutReport(
             rollout_id=rollout_id,
             rollout_row=row,
-            train_rows=result.step_metrics,
+            train_rows=step_metrics,
             perf_row=perf_row,
             accepted_groups=len(output.groups),
             completed_groups=len(output.all_groups),
             waves=output.waves,
             in_group_reward_difference=any(_has_reward_difference(args, g) for g in output.all_groups),
+            ppo_row=ppo_row,
+            critic_rows=critic_rows,
         )
 
     def _run_pending_retries(self) -> None:
@@ -352,6 +376,27 @@ class LocalDriver:
                 save(rollout_id)
                 self.on_event("checkpoint", {"rollout_id": rollout_id})
         return reports
+
+
+def _ppo_trainer(config: RunConfig, model: Any, actor: GrpoTrainer) -> PpoTrainer:
+    """The critic (a value head on the policy's final hidden states, local/critic.py) and its optimizer."""
+    driver, critic_config = config.driver, config.critic_config
+    critic = ValueHead(int(model.config.hidden_size), seed=critic_config.seed).to(next(model.parameters()).device)
+    optimizer = torch.optim.AdamW(
+        critic.parameters(),
+        lr=critic_config.lr,
+        weight_decay=critic_config.weight_decay,
+        betas=(critic_config.adam_beta1, critic_config.adam_beta2),
+    )
+    ppo = PpoConfig(
+        gamma=driver.gamma,
+        lambd=driver.lambd,
+        value_clip=driver.value_clip,
+        normalize_advantages=driver.normalize_advantages,
+        num_critic_only_steps=driver.num_critic_only_steps,
+        critic_clip_grad=critic_config.clip_grad,
+    )
+    return PpoTrainer(actor, critic, optimizer, ppo)
 
 
 def train_items(samples: Sequence[Any], rewards: Sequence[float]) -> list[TrainItem]:

@@ -61,7 +61,8 @@ class TrainItem:
     tokens: Sequence[int]
     response_length: int
     loss_mask: Sequence[int]
-    advantage: float
+    # GRPO: the sample's advantage, the same for every token; PPO (local/ppo.py): one per response token
+    advantage: float | Sequence[float]
     rollout_key: Hashable  # the trajectory: every segment of one trajectory has the same key
     rollout_log_probs: Sequence[float] | None = None
 
@@ -74,6 +75,10 @@ class TrainItem:
         if len(self.loss_mask) != self.response_length:
             raise ValueError(
                 f"loss_mask has {len(self.loss_mask)} entries, response_length is {self.response_length}"
+            )
+        if not isinstance(self.advantage, float | int) and len(self.advantage) != self.response_length:
+            raise ValueError(
+                f"advantage has {len(self.advantage)} per-token entries, response_length is {self.response_length}"
             )
         if self.rollout_log_probs is not None and len(self.rollout_log_probs) != self.response_length:
             raise ValueError(
@@ -88,7 +93,7 @@ class StepLossInputs:
 
     log_probs: list[torch.Tensor]
     old_log_probs: list[torch.Tensor]
-    advantages: list[float]
+    advantages: list[float] | list[torch.Tensor]  # per sample, or per token (PPO)
     loss_masks: list[torch.Tensor]
     rollout_mask_sums: list[float]  # loss-mask total of the sample's whole trajectory
     num_rollouts: int  # trajectories in the step: the final divisor
@@ -120,12 +125,7 @@ def policy_loss(inputs: StepLossInputs, config: GrpoConfig) -> tuple[torch.Tenso
     """
 
     def reduce(per_token: list[torch.Tensor]) -> torch.Tensor:
-        total = per_token[0].new_zeros(())
-        for values, mask, mask_sum in zip(
-            per_token, inputs.loss_masks, inputs.rollout_mask_sums, strict=True
-        ):
-            total = total + (values * mask).sum() / max(mask_sum, 1.0)
-        return total / inputs.num_rollouts
+        return sum_of_sample_mean(per_token, inputs.loss_masks, inputs.rollout_mask_sums, inputs.num_rollouts)
 
     ppo_kl = [old - new for old, new in zip(inputs.old_log_probs, inputs.log_probs, strict=True)]
     pg_losses, clipfracs = [], []
@@ -166,6 +166,19 @@ def policy_loss(inputs: StepLossInputs, config: GrpoConfig) -> tuple[torch.Tenso
     return loss, metrics
 
 
+def sum_of_sample_mean(
+    per_token: Sequence[torch.Tensor],
+    loss_masks: Sequence[torch.Tensor],
+    mask_sums: Sequence[float],
+    num_rollouts: int,
+) -> torch.Tensor:
+    """slime's reducer: each sample's masked sum over its trajectory's loss-mask total, summed, / trajectories."""
+    total = per_token[0].new_zeros(())
+    for values, mask, mask_sum in zip(per_token, loss_masks, mask_sums, strict=True):
+        total = total + (values * mask).sum() / max(mask_sum, 1.0)
+    return total / num_rollouts
+
+
 def rollout_mask_sums(items: Sequence[TrainItem]) -> list[float]:
     """For each sample, the loss-mask total of all samples of its trajectory (slime's `rollout_mask_sums`)."""
     totals: dict[Hashable, float] = {}
@@ -196,6 +209,8 @@ def build_step_schedule(items: Sequence[TrainItem], global_batch_size: int) -> l
 class ScoredResponses:
     log_probs: list[torch.Tensor]
     entropy: list[torch.Tensor] | None
+    # final hidden states at every response position (`with_hidden`): the PPO critic's features
+    hidden: list[torch.Tensor] | None = None
 
 
 def score_responses(
@@ -209,6 +224,7 @@ def score_responses(
     loss_positions_only: bool = False,
     trunk: FrozenTrunk | None = None,
     compute_dtype: torch.dtype = torch.float32,
+    with_hidden: bool = False,
 ) -> ScoredResponses:
     """Log-probs (and entropy) of the response tokens of `items[indices]`.
 
@@ -233,6 +249,9 @@ def score_responses(
     `compute_dtype` bfloat16 runs the layers and the output projection under autocast (float32
     weights, rollout/generators/precision.py); the log-softmax, entropy and everything after it are
     float32 either way.
+
+    `with_hidden` also returns the decoder's final hidden states at every response position (float32,
+    detached, before the temperature), one `[response_length, hidden]` tensor per sample.
     """
     device = next(model.parameters()).device
     lengths = [len(items[i].tokens) for i in indices]
@@ -242,7 +261,7 @@ def score_responses(
         sizes.append(items[i].response_length)
     rows, row_of = sequence_rows(items, indices)
     with compute_precision(compute_dtype):
-        target_ids, keep, logits = _response_logits(
+        target_ids, keep, logits, hidden = _response_logits(
             model, items, indices, rows, row_of, targets, temperature, loss_positions_only, trunk, device
         )
     log_dist = torch.log_softmax(logits.float(), dim=-1)
@@ -251,7 +270,8 @@ def score_responses(
     if with_entropy:
         source = log_dist if entropy_grad else log_dist.detach()
         entropy = list(_at_response_positions(-(source.exp() * source).sum(-1), keep).split(sizes))
-    return ScoredResponses(list(token_log_probs.split(sizes)), entropy)
+    states = list(hidden.detach().float().split(sizes)) if with_hidden else None
+    return ScoredResponses(list(token_log_probs.split(sizes)), entropy, states)
 
 
 def _response_logits(
@@ -265,9 +285,10 @@ def _response_logits(
     loss_positions_only: bool,
     trunk: FrozenTrunk | None,
     device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """`score_responses`' forward: the scored positions' target ids, the kept positions
-    (`loss_positions_only`) and their logits (in the forward's precision)."""
+    (`loss_positions_only`), their logits (in the forward's precision) and the hidden states at every
+    response position."""
     positions = _response_positions(items, indices, row_of)
     prefix = _shared_prompt_prefix(items, rows)
     shared = prefix >= MIN_SHARED_PREFIX and len(rows) > 1
@@ -284,13 +305,14 @@ def _response_logits(
         selected = _hidden_padded(model, items, rows, positions, device)
     target_ids = torch.tensor(targets, device=device)
     keep = None
+    every_position = selected
     if loss_positions_only:
         keep = torch.tensor([bool(v) for i in indices for v in items[i].loss_mask], device=device)
         selected, target_ids = selected[keep], target_ids[keep]
     if temperature != 1.0:
         # softmax(W h / T) = softmax(W (h / T)): dividing the hidden states costs 1/85 of the logits
         selected = selected / temperature
-    return target_ids, keep, model.get_output_embeddings()(selected)
+    return target_ids, keep, model.get_output_embeddings()(selected), every_position
 
 
 def _at_response_positions(values: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -478,9 +500,10 @@ class GrpoTrainer:
         # (done, total) after each micro-batch's backward: an update takes minutes on a CPU
         self.on_micro_batch = on_micro_batch or (lambda _done, _total: None)
 
-    def _score_all(
+    def score_all(
         self, model: Any, items: Sequence[TrainItem], indices: Sequence[int], trunk: FrozenTrunk | None
     ) -> dict[int, torch.Tensor]:
+        """Log-probs of `items[indices]` under `model`, without gradients (old or reference log-probs)."""
         out: dict[int, torch.Tensor] = {}
         with torch.no_grad():
             for batch in micro_batches(items, indices, self.config.max_tokens_per_microbatch):
@@ -512,20 +535,16 @@ class GrpoTrainer:
         # = [log_prob.detach() ...]`). Nothing of slime's other conditions applies locally: no KL
         # reward penalty, no old-actor copy, no routing replay, GRPO's policy loss.
         reuse_old = len(schedule) == 1 and self.config.reuse_old_log_probs
-        old = {} if reuse_old else self._score_all(self.model, items, scheduled, self.trunk)
+        old = {} if reuse_old else self.score_all(self.model, items, scheduled, self.trunk)
         log_probs_time = time.perf_counter() - start
         ref: dict[int, torch.Tensor] | None = None
         ref_time = 0.0
         if self.config.use_kl_loss:
             ref_start = time.perf_counter()
-            ref = self._score_all(self.ref_model, items, scheduled, None)
+            ref = self.score_all(self.ref_model, items, scheduled, None)
             ref_time = time.perf_counter() - ref_start
-        mask_sums = rollout_mask_sums(items)
         train_start = time.perf_counter()
-        for step_id, step in enumerate(schedule):
-            result.step_metrics.append(
-                self._optimizer_step(items, step, old, ref, mask_sums, rollout_id * len(schedule) + step_id)
-            )
+        result.step_metrics = self.optimizer_steps(items, schedule, old, ref, rollout_id)
         train_time = time.perf_counter() - train_start
         total_tokens = sum(len(items[i].tokens) for i in scheduled)
         result.perf_metrics = {
@@ -538,6 +557,22 @@ class GrpoTrainer:
         if self.config.use_kl_loss:
             result.perf_metrics[m.PERF_REF_LOG_PROBS_TIME.name] = ref_time
         return result
+
+    def optimizer_steps(
+        self,
+        items: Sequence[TrainItem],
+        schedule: list[list[int]],
+        old: dict[int, torch.Tensor],
+        ref: dict[int, torch.Tensor] | None,
+        rollout_id: int,
+    ) -> list[dict[str, float]]:
+        """One optimizer step per entry of `schedule`; `old` (and `ref`) log-probs by item index, where
+        given (an index without one takes the step's own detached log-probs). One `train/*` dict a step."""
+        mask_sums = rollout_mask_sums(items)
+        return [
+            self._optimizer_step(items, step, old, ref, mask_sums, rollout_id * len(schedule) + step_id)
+            for step_id, step in enumerate(schedule)
+        ]
 
     def _optimizer_step(
         self,
@@ -572,7 +607,7 @@ class GrpoTrainer:
                 old_log_probs=[
                     old[i] if i in old else lp.detach() for i, lp in zip(batch, scored.log_probs, strict=True)
                 ],
-                advantages=[items[i].advantage for i in batch],
+                advantages=[_advantage(items[i].advantage, device) for i in batch],
                 loss_masks=[
                     torch.as_tensor(list(items[i].loss_mask), dtype=torch.float32, device=device)
                     for i in batch
@@ -603,3 +638,10 @@ class GrpoTrainer:
         logged[m.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
         logged[m.TRAIN_STEP.name] = train_step
         return logged
+
+
+def _advantage(value: float | Sequence[float], device: torch.device) -> float | torch.Tensor:
+    """A sample's advantage as the loss takes it: GRPO's scalar as it is, PPO's per-token values as a tensor."""
+    if isinstance(value, float | int):
+        return value
+    return torch.as_tensor(list(value), dtype=torch.float32, device=device)

@@ -15,6 +15,9 @@ Criteria (spec 002 "GRPO smoke" and spec 000 section 8), evaluated from `<stage_
 | in_group_reward_difference      | no       | some group had different sibling rewards; all-equal rewards are a     |
 |                                 |          | WARNING (no GRPO signal yet), not an infrastructure failure           |
 
+With `driver.advantage_estimator: ppo` the PPO criteria of local/ppo_smoke.py are added (required),
+and `observations` (explained variance, reward spread) sit beside them without deciding `passed`.
+
 `passed` is true when every required criterion passes; the CLI exits non-zero otherwise.
 """
 
@@ -27,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from shopsimrl.local.ppo_smoke import ppo_criteria, ppo_observations
 from shopsimrl.metrics import names as m
 from shopsimrl.storage import atomic_write_json, read_jsonl
 from shopsimrl.storage.layout import METRICS_FILE, SMOKE_REPORT_FILE
@@ -64,6 +68,7 @@ class SmokeReport:
     run_dir: str
     summary_line: str
     criteria: list[Criterion]
+    observations: dict[str, Any] | None = None  # reported beside the verdict, never part of it (PPO)
 
     @property
     def passed(self) -> bool:
@@ -76,6 +81,7 @@ class SmokeReport:
             "passed": self.passed,
             "summary_line": self.summary_line,
             "criteria": [{**asdict(c), "status": c.status.value} for c in self.criteria],
+            **({"observations": self.observations} if self.observations is not None else {}),
         }
 
 
@@ -94,6 +100,7 @@ def evaluate_smoke(
     *,
     active_chunks: Sequence[str],
     in_group_reward_difference: bool,
+    ppo: bool = False,
 ) -> SmokeReport:
     """Check every criterion on `<stage_dir>/metrics.jsonl`; nothing here trusts in-memory results."""
     read = read_jsonl(stage_dir / METRICS_FILE)
@@ -173,9 +180,15 @@ def evaluate_smoke(
             soft=True,
         )
     )
+    observations = None
+    if ppo:
+        criteria += [_check(name, ok, evidence) for name, ok, evidence in ppo_criteria(rows)]
+        observations = ppo_observations(rows, in_group_reward_difference)
     if read.problems:
         criteria.append(_check("metrics_file_readable", False, "; ".join(str(p) for p in read.problems)))
-    return SmokeReport(run_dir=str(stage_dir), summary_line=summary_line, criteria=criteria)
+    return SmokeReport(
+        run_dir=str(stage_dir), summary_line=summary_line, criteria=criteria, observations=observations
+    )
 
 
 def write_smoke_report(report: SmokeReport, stage_dir: Path) -> Path:

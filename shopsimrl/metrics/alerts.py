@@ -11,7 +11,12 @@ Rules, each reported with the rollout steps involved:
 * all_wrong_with_retry_success: all-wrong rate rising across a window (second-half mean minus
   first-half mean >= min_rise) while full-skill retries mostly succeed (mean >= retry_success);
 * pending_analysis_without_candidates: pending-analysis rate rising across a window while the
-  Failure Analyst has produced no eligible card and no candidate.
+  Failure Analyst has produced no eligible card and no candidate;
+* explained_variance_negative (PPO): `rollout/ppo/explained_variance < 0` in `negative_ev_steps`
+  rollout steps in a row (steps where it is undefined are skipped): the critic predicts the returns
+  worse than their mean, so its advantages are noise;
+* critic_loss_non_finite (PPO): a `train/critic-value_loss` row that is NaN or infinite; its steps
+  are `train/step` values.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class AlertRule(StrEnum):
     INCLUSION_DRIFT = "inclusion_drift"
     ALL_WRONG_WITH_RETRY_SUCCESS = "all_wrong_with_retry_success"
     PENDING_ANALYSIS_WITHOUT_CANDIDATES = "pending_analysis_without_candidates"
+    EXPLAINED_VARIANCE_NEGATIVE = "explained_variance_negative"
+    CRITIC_LOSS_NON_FINITE = "critic_loss_non_finite"
 
 
 @dataclass(frozen=True)
@@ -45,9 +52,14 @@ class AlertConfig:
     z_threshold: float = 3.0
     min_rise: float = 0.05  # absolute rise of a rate between the halves of a window
     retry_success: float = 0.5
+    # PPO: rollout steps in a row with negative explained variance. Live alerts see one window at a
+    # time, so there a longer run than `window` never fires; `monitor check` sees the whole run.
+    negative_ev_steps: int = 5
 
     def __post_init__(self) -> None:
         problems = []
+        if self.negative_ev_steps < 1:
+            problems.append(f"negative_ev_steps must be >= 1, got {self.negative_ev_steps}")
         if self.window < 2:
             problems.append(f"window must be >= 2 steps, got {self.window}")
         if self.z_threshold <= 0:
@@ -81,6 +93,13 @@ class CheckReport:
     steps: list[int]
     findings: list[Finding] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # torn tail, unreadable rows
+
+
+def load_train_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows carrying `train/step` (optimizer steps), in file order; unreadable rows are skipped here
+    (`load_rollout_steps` reports them)."""
+    read = read_jsonl(path, strict_middle=False)
+    return [row for row in read.records if isinstance(row, dict) and m.TRAIN_STEP.name in row]
 
 
 def find_metrics_file(run_dir: str | os.PathLike[str]) -> Path:
@@ -192,9 +211,52 @@ def _rising(values: list[float], min_rise: float) -> float | None:
     return rise if rise >= min_rise else None
 
 
+def critic_loss_findings(train_rows: Sequence[dict[str, Any]]) -> list[Finding]:
+    """critic_loss_non_finite over optimizer-step rows (a row without the key is not a critic step)."""
+    key = m.TRAIN_CRITIC_VALUE_LOSS.name
+    bad = [(row.get(m.TRAIN_STEP.name), row[key]) for row in train_rows if key in row and not is_finite_number(row[key])]
+    if not bad:
+        return []
+    return [
+        Finding(
+            AlertRule.CRITIC_LOSS_NON_FINITE,
+            f"{key} is not finite ({', '.join(repr(v) for _, v in bad)}): the critic diverged or its inputs are "
+            "broken; its values and the actor's advantages are meaningless from here (steps are train/step)",
+            tuple(int(s) for s, _ in bad if is_finite_number(s)),
+        )
+    ]
+
+
+def _negative_explained_variance(rows: dict[int, dict[str, Any]], config: AlertConfig) -> list[Finding]:
+    key = m.PPO_EXPLAINED_VARIANCE.name
+    defined = [(s, rows[s][key]) for s in rows if is_finite_number(rows[s].get(key))]
+    findings, run = [], []
+    for step, value in [*defined, (None, 0.0)]:  # a sentinel closes the last run
+        if step is not None and value < 0:
+            run.append((step, value))
+            continue
+        if len(run) >= config.negative_ev_steps:
+            worst = min(v for _, v in run)
+            findings.append(
+                Finding(
+                    AlertRule.EXPLAINED_VARIANCE_NEGATIVE,
+                    f"{key} < 0 in {len(run)} rollout steps in a row (lowest {worst:.3g}, threshold "
+                    f"{config.negative_ev_steps}): the critic predicts returns worse than their mean; check the "
+                    "critic's learning rate, value_clip and critic-only warm-up (num_critic_only_steps)",
+                    tuple(s for s, _ in run),
+                )
+            )
+        run = []
+    return findings
+
+
 def evaluate_alerts(
-    rows: dict[int, dict[str, Any]], analysis: AnalysisProgress, config: AlertConfig | None = None
+    rows: dict[int, dict[str, Any]],
+    analysis: AnalysisProgress,
+    config: AlertConfig | None = None,
+    train_rows: Sequence[dict[str, Any]] = (),
 ) -> list[Finding]:
+    """Every rule on rollout rows merged per step; `train_rows` (optimizer steps) feed the critic rule."""
     config = config or AlertConfig()
     findings: list[Finding] = []
 
@@ -299,6 +361,8 @@ def evaluate_alerts(
                         tuple(window),
                     )
                 )
+    findings += _negative_explained_variance(rows, config)
+    findings += critic_loss_findings(train_rows)
     return findings
 
 
@@ -307,5 +371,5 @@ def check_run(run_dir: str | os.PathLike[str], config: AlertConfig | None = None
     path = find_metrics_file(run_dir)
     rows, problems = load_rollout_steps(path)
     report = CheckReport(metrics_path=path, steps=list(rows), problems=problems)
-    report.findings = evaluate_alerts(rows, read_analysis_progress(path), config)
+    report.findings = evaluate_alerts(rows, read_analysis_progress(path), config, load_train_rows(path))
     return report

@@ -34,7 +34,15 @@ def monitor() -> None:
     show_default=True,
     help="Full-skill retry success rate that counts as 'retries succeed'.",
 )
-def check(run_dir: Path, window: int, z_threshold: float, min_rise: float, retry_success: float) -> None:
+@click.option(
+    "--negative-ev-steps",
+    default=5,
+    show_default=True,
+    help="PPO: rollout steps in a row with negative explained variance that fire an alert.",
+)
+def check(
+    run_dir: Path, window: int, z_threshold: float, min_rise: float, retry_success: float, negative_ev_steps: int
+) -> None:
     """Evaluate the alert rules on RUN_DIR/metrics.jsonl (or RUN_DIR/train/metrics.jsonl).
 
     Prints each finding with the rollout steps involved; exits 1 when there are findings, 0 when
@@ -44,7 +52,8 @@ def check(run_dir: Path, window: int, z_threshold: float, min_rise: float, retry
     """
     try:
         config = AlertConfig(
-            window=window, z_threshold=z_threshold, min_rise=min_rise, retry_success=retry_success
+            window=window, z_threshold=z_threshold, min_rise=min_rise, retry_success=retry_success,
+            negative_ev_steps=negative_ev_steps,
         )
         report = check_run(run_dir, config)
     except (FileNotFoundError, ValueError) as exc:

@@ -5,7 +5,8 @@
 Rows carrying `rollout/step` are merged per step into the current window of `AlertConfig.window`
 steps (the same window `monitor check` pools). Per window, each rule fires at most once:
 
-* point rules (`technical_drops`, `unscorable`) as soon as a step of the window shows them;
+* point rules (`technical_drops`, `unscorable`, PPO's `explained_variance_negative`) as soon as a step
+  of the window shows them; `critic_loss_non_finite` as soon as a `train/critic-*` row shows it;
 * window rules (drift, rising rates) when the window is full, or at the end of the stage for the
   last, partial window — as `monitor check` evaluates a partial last window.
 
@@ -28,6 +29,7 @@ from shopsimrl.metrics.alerts import (
     AlertRule,
     AnalysisProgress,
     Finding,
+    critic_loss_findings,
     evaluate_alerts,
     read_analysis_progress,
 )
@@ -36,8 +38,11 @@ from shopsimrl.storage.jsonl import is_finite_number
 
 ALERTS_FILE = "alerts.jsonl"
 ALERT_SCHEMA_VERSION = 1
-POINT_RULES = frozenset({AlertRule.TECHNICAL_DROPS, AlertRule.UNSCORABLE})
-_LEVELS = {AlertRule.TECHNICAL_DROPS: "ERROR", AlertRule.UNSCORABLE: "ERROR"}  # the rest: WARN
+POINT_RULES = frozenset(
+    {AlertRule.TECHNICAL_DROPS, AlertRule.UNSCORABLE, AlertRule.EXPLAINED_VARIANCE_NEGATIVE}
+)
+_LEVELS = {AlertRule.TECHNICAL_DROPS: "ERROR", AlertRule.UNSCORABLE: "ERROR",
+           AlertRule.CRITIC_LOSS_NON_FINITE: "ERROR"}  # the rest: WARN  # fmt: skip
 
 
 class AlertingLogger(Protocol):
@@ -65,7 +70,11 @@ class LiveAlerts:
     def on_log(self, logger: AlertingLogger, metrics: Mapping[str, Any]) -> None:
         step = metrics.get(m.ROLLOUT_STEP.name)
         if not is_finite_number(step):
-            return  # train/* rows have their own axis; the rules read rollout rows only
+            # train/* rows have their own axis; of them only the critic's loss has a rule
+            findings = critic_loss_findings([dict(metrics)]) if m.TRAIN_STEP.name in metrics else []
+            if findings and AlertRule.CRITIC_LOSS_NON_FINITE not in self._fired_rules:
+                self._fire(logger, AlertRule.CRITIC_LOSS_NON_FINITE, findings)
+            return
         step = int(step)
         if step not in self._rows and len(self._rows) >= self.config.window:
             self._close_window(logger)

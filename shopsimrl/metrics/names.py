@@ -386,6 +386,63 @@ ROLLOUT_ROLLOUT_LOG_PROBS = _declare(
     "mean rollout log-prob of the trained tokens",
 )
 
+# ---- PPO (advantage_estimator: ppo): slime's own keys, then ours (docs/metrics.md, "PPO") --------
+# slime v0.3.1 logs these itself: `log_rollout_data` (megatron_utils/data.py) the per-rollout means of
+# the actor's rollout data, and the critic's `train()` (megatron_utils/model.py) its loss dict with the
+# role tag `critic-`; the reducer is the loss's (`sum_of_sample_mean`: each trajectory's token mean,
+# averaged over trajectories).
+ROLLOUT_VALUES = _declare(
+    "rollout/values", "return", "trajectories (token mean each)", _D.INFORMATIONAL,
+    "mean critic value at the response tokens, before the critic's update",
+)
+ROLLOUT_RETURNS = _declare(
+    "rollout/returns", "return", "trajectories (token mean each)", _D.INFORMATIONAL,
+    "mean GAE return (advantage + value): the critic's target",
+)
+ROLLOUT_ADVANTAGES = _declare(
+    "rollout/advantages", "advantage", "trajectories (token mean each)", _D.INFORMATIONAL,
+    "mean GAE advantage the actor trains on (after --normalize-advantages, when set)",
+)
+TRAIN_CRITIC_VALUE_LOSS = _declare(
+    "train/critic-value_loss", "squared return", "rollouts of the step", _D.LOWER_IS_BETTER,
+    "clipped value loss max((V_clip - R)^2, (V - R)^2), no 1/2 factor (slime's value_loss_function)",
+)
+TRAIN_CRITIC_VALUE_CLIPFRAC = _declare(
+    "train/critic-value_clipfrac", "fraction", "loss-masked tokens", _D.INFORMATIONAL,
+    "tokens whose value moved more than value_clip from the old value",
+)
+TRAIN_CRITIC_GRAD_NORM = _declare(
+    "train/critic-grad_norm", "L2 norm", "-", _D.INFORMATIONAL, "critic gradient norm before clipping"
+)
+TRAIN_CRITIC_LR_PG0 = _declare(
+    "train/critic-lr-pg_0", "learning rate", "-", _D.INFORMATIONAL, "critic learning rate of parameter group 0"
+)
+TRAIN_CRITIC_GLOBAL_BATCH_SIZE = _declare(
+    "train/critic-global_batch_size", "trajectories", "-", _D.INFORMATIONAL,
+    "trajectories in this critic optimizer step",
+)
+# Ours: slime logs no spread of values, returns or advantages and no explained variance. Pooled over the
+# loss-masked response tokens of the rollout's trained samples (every token counts once), as verl's
+# `compute_data_metrics`; absent when the returns have no variance (explained variance is undefined).
+PPO_PREFIX = "rollout/ppo/"
+PPO_VALUES_STD = _declare(
+    PPO_PREFIX + "values_std", "return", "loss-masked tokens", _D.INFORMATIONAL,
+    "standard deviation of the critic's values (population std)",
+)
+PPO_RETURNS_STD = _declare(
+    PPO_PREFIX + "returns_std", "return", "loss-masked tokens", _D.INFORMATIONAL,
+    "standard deviation of the GAE returns (population std)",
+)
+PPO_ADVANTAGES_STD = _declare(
+    PPO_PREFIX + "advantages_std", "advantage", "loss-masked tokens", _D.INFORMATIONAL,
+    "standard deviation of the advantages the actor trains on (population std)",
+)
+PPO_EXPLAINED_VARIANCE = _declare(
+    PPO_PREFIX + "explained_variance", "fraction (<= 1)", "loss-masked tokens", _D.HIGHER_IS_BETTER,
+    "1 - Var(returns - values) / Var(returns) with the values before the critic's update; < 0: the critic "
+    "predicts the returns worse than their mean",
+)
+
 # ---- analysis/* (docs/analyst.md, "Metrics"), read by `shopsimrl monitor check` -----------------
 ANALYSIS_ELIGIBLE_CARDS = _declare(
     "analysis/eligible_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that yield a proposal"

@@ -18,6 +18,7 @@ def tiny_run_config(
     shopsim: dict[str, Any] | None = None,
     mode: str = "train",
     group: str = "test-round-000",
+    critic: dict[str, Any] | None = None,
 ) -> RunConfig:
     raw = {
         "run": {"group": group, "runs_root": str(tmp_path / "runs"), "mode": mode},
@@ -40,6 +41,8 @@ def tiny_run_config(
             **(shopsim or {}),
         },
     }
+    if critic is not None:
+        raw["critic"] = critic
     return run_config_from_mapping(raw, "test")
 
 
