@@ -28,8 +28,15 @@ WANDB_PROJECT ?= $(call dotenv,WANDB_PROJECT)
 WANDB_ENTITY ?= $(call dotenv,WANDB_ENTITY)
 ROUND_WANDB = $(foreach v,USE_WANDB WANDB_MODE WANDB_PROJECT WANDB_ENTITY,$(if $($(v)),$(v)=$($(v)) ))
 CANARY_TASKS ?= 10
+# The smoke's advantage estimator: grpo, or ppo (a critic and GAE: configs/local/smoke_ppo.yaml,
+# configs/slime/smoke-ppo.env; docs/local_backend.md "PPO").
+ALGO ?= grpo
+ifeq ($(filter $(ALGO),grpo ppo),)
+$(error ALGO must be grpo or ppo, got '$(ALGO)')
+endif
 # configs/slime/smoke-2gpu.env on 80 GB cards (docs/operations.md).
-SMOKE_CONFIG ?= configs/slime/smoke.env
+SMOKE_CONFIG ?= $(if $(filter ppo,$(ALGO)),configs/slime/smoke-ppo.env,configs/slime/smoke.env)
+LOCAL_SMOKE_CONFIG := $(if $(filter ppo,$(ALGO)),configs/local/smoke_ppo.yaml,configs/local/smoke.yaml)
 # W&B credentials for the containers: the host's netrc (`wandb login`) when there is one.
 WANDB_NETRC ?= $(or $(wildcard $(HOME)/.netrc),/dev/null)
 # GPUs of a formal and of a smoke run (`make train NUM_GPUS=4`); unset: .env's, else the profile's (8, 1).
@@ -124,8 +131,8 @@ preflight: setup ## Check W&B, scripts, configs, Docker, images, GPUs, volumes, 
 convert: ## HF -> Megatron torch_dist for --ref-load, once per model (slime's converter) [docker]
 	$(if $(filter docker,$(RUNNER)),$(COMPOSE) run --rm convert,@echo "convert: not needed with RUNNER=local (the CPU backend loads HF models)")
 
-train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step, no save [docker: slime|local: CPU]
-	$(call by_runner,train-smoke,training smoke --config configs/local/smoke.yaml)
+train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step (ALGO=ppo: 2 each, critic and actor), no save [docker: slime|local: CPU]
+	$(call by_runner,train-smoke,training smoke --config $(LOCAL_SMOKE_CONFIG))
 
 train: ## A formal training round [docker: slime|local: CPU]
 	$(call by_runner,train,training run --config configs/local/train.yaml)

@@ -17,6 +17,9 @@
 #                   then starts at rollout 0 from its final weights with a fresh optimizer, and a
 #                   relaunch after a crash resumes this round's own saves (docs/slime_handoff.md)
 #   ROLLOUT_SEED, SHOPSIM_CONFIG   the round's seed and plugin options (common.env/formal.env defaults)
+#   ALGO            grpo or ppo: the advantage estimator, over the profile's ADVANTAGE_ESTIMATOR; ppo
+#                   adds slime's critic flags (--gamma --lambd --value-clip --num-critic-only-steps
+#                   --megatron-config-path; common.env). PPO runs without SAVE_DIR only (see below)
 #   NUM_GPUS, SMOKE_NUM_GPUS       GPUs of a formal / smoke run (common.env, smoke.env)
 #   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix
 #                   --wandb-mode (WANDB_MODE, default offline), and --wandb-team/--wandb-dir when
@@ -69,6 +72,8 @@ for name in "${required[@]}"; do
   [[ -n "${!name:-}" ]] || missing+=("${name}")
 done
 ((${#missing[@]} == 0)) || die "${LAUNCH_CONFIG}: missing setting(s): ${missing[*]}"
+ADVANTAGE_ESTIMATOR="${ALGO:-${ADVANTAGE_ESTIMATOR:-grpo}}"
+case "${ADVANTAGE_ESTIMATOR}" in grpo | ppo) ;; *) die "ALGO / ADVANTAGE_ESTIMATOR must be grpo or ppo, got '${ADVANTAGE_ESTIMATOR}'" ;; esac
 [[ "${ROLLOUT_SEED}" =~ ^[0-9]+$ ]] || die "ROLLOUT_SEED must be a non-negative integer, got '${ROLLOUT_SEED}'"
 [[ "${ACTOR_NUM_GPUS_PER_NODE}" =~ ^[1-9][0-9]*$ ]] ||
   die "${LAUNCH_CONFIG}: the GPU count (NUM_GPUS / SMOKE_NUM_GPUS) must be a positive integer, got '${ACTOR_NUM_GPUS_PER_NODE}'"
@@ -176,11 +181,29 @@ if [[ "${KL_LOSS_COEF}" =~ ^[+-]?0*(\.0*)?$ ]]; then
 else
   KL_ARGS=(--use-kl-loss --kl-loss-coef "${KL_LOSS_COEF}" --kl-loss-type low_var_kl)
 fi
-GRPO_ARGS=(--advantage-estimator grpo
+GRPO_ARGS=(--advantage-estimator "${ADVANTAGE_ESTIMATOR}"
   "${KL_ARGS[@]}"
   --entropy-coef "${ENTROPY_COEF}"
   --eps-clip "${EPS_CLIP}"
   --eps-clip-high "${EPS_CLIP_HIGH}")
+
+# PPO: slime trains a critic (use_critic) beside the actor, on the same GPUs (it forces offload_train).
+PPO_ARGS=()
+if [[ "${ADVANTAGE_ESTIMATOR}" == ppo ]]; then
+  # slime saves the critic with the critic role's own --save; sharing the actor's would mix the two
+  # models in one directory, and the round hand-off (docs/slime_handoff.md) knows no critic yet.
+  [[ -z "${SAVE_DIR:-}" ]] ||
+    die "${LAUNCH_CONFIG}: ppo runs without SAVE_DIR for now: the critic's checkpoints and their round hand-off are not wired (docs/metrics.md, PPO)"
+  for name in GAMMA LAMBD VALUE_CLIP NUM_CRITIC_ONLY_STEPS MEGATRON_ROLES_CONFIG; do
+    [[ -n "${!name:-}" ]] || die "${LAUNCH_CONFIG}: ppo needs ${name} (common.env)"
+  done
+  [[ -f "${MEGATRON_ROLES_CONFIG}" ]] || die "megatron roles config not found: ${MEGATRON_ROLES_CONFIG}"
+  PPO_ARGS=(--gamma "${GAMMA}"
+    --lambd "${LAMBD}"
+    --value-clip "${VALUE_CLIP}"
+    --num-critic-only-steps "${NUM_CRITIC_ONLY_STEPS}"
+    --megatron-config-path "$(absolute "${MEGATRON_ROLES_CONFIG}")")
+fi
 
 OPTIMIZER_ARGS=(--optimizer adam
   --lr "${LR}"
@@ -241,7 +264,7 @@ SUBMIT=(ray job submit --address="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
   --runtime-env-json="${RUNTIME_ENV_JSON}"
   -- "${PYTHON}" "${SLIME_DIR}/train.py"
   "${CLUSTER_ARGS[@]}" "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${DATA_ARGS[@]}" "${ROLLOUT_ARGS[@]}"
-  "${HOOK_ARGS[@]}" "${GRPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}"
+  "${HOOK_ARGS[@]}" "${GRPO_ARGS[@]}" "${PPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}"
   "${MISC_ARGS[@]}" "${WANDB_ARGS[@]}")
 
 echo "run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} group=${RUN_GROUP} run_dir=${RUN_DIR}" \

@@ -93,13 +93,19 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--custom-rollout-log-function-path", "rollout/shopsim/* metrics into slime's log"),
             ("--custom-config-path", "YAML whose `shopsim:` section holds our plugin options"),
             # GRPO
-            ("--advantage-estimator", "grpo"),
+            ("--advantage-estimator", "grpo, or ppo (ALGO=ppo: slime trains a critic)"),
             ("--use-kl-loss", "KL to the reference model in the loss"),
             ("--kl-loss-coef", "weight of the KL loss"),
             ("--kl-loss-type", "KL estimator"),
             ("--entropy-coef", "entropy bonus"),
             ("--eps-clip", "PPO clip (low)"),
             ("--eps-clip-high", "PPO clip (high)"),
+            # PPO (--advantage-estimator ppo only)
+            ("--gamma", "GAE discount"),
+            ("--lambd", "GAE lambda"),
+            ("--value-clip", "clip of the critic's value loss"),
+            ("--num-critic-only-steps", "first rollouts that train the critic only"),
+            ("--megatron-config-path", "per-role Megatron overrides: the critic's learning rate"),
             ("--use-dynamic-batch-size", "pack micro-batches by tokens"),
             ("--max-tokens-per-gpu", "token budget of one micro-batch"),
             # W&B (settings come from the environment; see the launcher)
