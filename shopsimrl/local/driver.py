@@ -40,8 +40,8 @@ from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
 from shopsimrl.local.critic import ValueHead
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
-from shopsimrl.local.ppo import PpoConfig, PpoTrainer
 from shopsimrl.local.hooks import Hooks, resolve_hooks
+from shopsimrl.local.ppo import PpoConfig, PpoTrainer
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
 from shopsimrl.metrics.slime_native import perf_metrics, sample_metrics, train_side_rollout_metrics

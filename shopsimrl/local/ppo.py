@@ -27,8 +27,14 @@ import torch
 
 from shopsimrl.local.critic import ValueHead, value_loss
 from shopsimrl.local.gae import gae, masked_whiten, rollout_statistics
-from shopsimrl.local.grpo import GrpoTrainer, TrainItem, build_step_schedule, micro_batches, rollout_mask_sums
-from shopsimrl.local.grpo import score_responses
+from shopsimrl.local.grpo import (
+    GrpoTrainer,
+    TrainItem,
+    build_step_schedule,
+    micro_batches,
+    rollout_mask_sums,
+    score_responses,
+)
 from shopsimrl.metrics import names as m
 
 

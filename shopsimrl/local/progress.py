@@ -37,7 +37,7 @@ class ProgressPrinter:
                 self._warm = None
             if self._train is None:
                 d = self.config.driver
-                self._train = tqdm(total=d.num_rollout * d.num_steps_per_rollout, desc="GRPO", unit="step")
+                self._train = tqdm(total=d.num_rollout * d.num_steps_per_rollout, desc=d.advantage_estimator.upper(), unit="step")
             if name == "group":
                 self._groups += 1
                 self._train.set_postfix({**self._last, "rollout": f"{self._groups} groups"})
