@@ -12,6 +12,7 @@
     outputs.py    contributions.json, selected skillbank, ledger verdicts, the W&B Table rows
     stage.py      run_gate: all of the above, and one W&B record
     commands.py   `shopsimrl training online-gate CONFIG`
+    positive_control.py  GEPA's acceptance rule replayed on paired episodes; bench/gate_positive_control.py's report
 
 Only the light modules are imported here; `run_gate` (which pulls in the agent loop) is lazy.
 """
