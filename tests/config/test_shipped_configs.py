@@ -18,7 +18,7 @@ import pytest
 
 from shopsimrl.analyst.config import load_analysis_config
 from shopsimrl.config import load_options_file
-from shopsimrl.config.files import parse_json, read_config_text
+from shopsimrl.config.files import load_yaml_file, parse_json, read_config_text
 from shopsimrl.evaluation.config import load_eval_config
 from shopsimrl.gate.config import load_gate_config
 from shopsimrl.local.config import load_round_train_config, load_run_config
@@ -42,6 +42,14 @@ def _slime_shell(path: Path) -> str:
     return result.stdout
 
 
+def _slime_roles(path: Path) -> list[str]:
+    """slime's `--megatron-config-path` file: parsed strictly (duplicate keys refused); every entry names
+    a role and its overrides (slime's own parse_megatron_role_args reads it in tests/ops/test_slime_ppo.py)."""
+    entries = load_yaml_file(path)["megatron"]
+    assert all({"name", "role", "overrides"} <= set(entry) for entry in entries), path
+    return [entry["role"] for entry in entries]
+
+
 # What the compose services set on the production configs, which name no round (compose.yaml).
 GROUP = "qwen35-4b-round-000"
 SERVICE_SETS = {
@@ -57,8 +65,10 @@ SERVICE_SETS = {
 LOADERS: dict[str, Callable[[Path], Any]] = {
     "local/demo_round.yaml": lambda path: (load_round_config(path), load_round_train_config(path)),  # training demo
     "local/*round.yaml": load_round_config,
+    "local/*rounds.yaml": load_round_config,  # the learning profile's chain
     "round.yaml": load_round_config,
     "local/smoke.yaml": load_run_config,
+    "local/smoke_ppo.yaml": load_run_config,
     "local/train.yaml": load_run_config,
     "local/learning_run.yaml": load_run_config,
     "local/gate.yaml": load_gate_config,
@@ -73,6 +83,7 @@ LOADERS: dict[str, Callable[[Path], Any]] = {
     "skillbank*.json": load_skillbank,
     "local/gate_candidate_pool.json": _candidate_pool,
     "slime/*.env": _slime_shell,
+    "slime/ppo_roles.yaml": _slime_roles,
     "slime/models/*.sh": _slime_shell,
 }
 
