@@ -174,8 +174,10 @@ def evaluate_smoke(
             in_group_reward_difference,
             "some group had different sibling rewards"
             if in_group_reward_difference
-            else "WARNING: every group's sibling rewards were equal; the infrastructure works but GRPO had no "
-            "advantage. Get at least one in-group reward difference before a formal run",
+            else "WARNING: every group's sibling rewards were equal; the infrastructure works but "
+            + ("the rewards carried no signal (PPO's advantages here are the critic's errors alone)" if ppo
+               else "GRPO had no advantage")  # fmt: skip
+            + ". Get at least one in-group reward difference before a formal run",
             required=False,
             soft=True,
         )

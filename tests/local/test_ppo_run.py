@@ -144,3 +144,6 @@ def test_ppo_micro_smoke_passes_and_reports_explained_variance_beside_the_verdic
     assert observations["note"].startswith("engineering pass is not capability gain")
     assert "explained_variance" not in status  # reported, never judged
     assert "observations (not part of pass)" in proc.stdout
+    if not observations["in_group_reward_difference"]:  # the tiny model's usual smoke: no reward signal
+        assert "GRPO" not in evidence["in_group_reward_difference"]
+        assert "the rewards carried no signal" in evidence["in_group_reward_difference"]
