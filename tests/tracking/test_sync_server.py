@@ -326,6 +326,9 @@ def test_the_same_artifact_content_again_is_the_version_already_there(wandb_offl
         run = _offline_run(wandb_offline.wandb_dir, project=PROJECT)
         run.log_artifact(_artifact("shopsimrl-analysis", "analysis", {"data.json": data}))
         _finish(run)
+        # `wandb sync` takes the runs in the order of their directory names, offline-run-<date>_<HHMMSS>-<id>:
+        # two runs started in the same second would sort by their random ids, not by which came first.
+        time.sleep(1.05 - time.time() % 1)
 
     done = _sync(wandb_offline.wandb_dir, wandb_server.url)  # one run after the other, oldest first
     assert done.returncode == 0, done.stdout + done.stderr
