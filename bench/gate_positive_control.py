@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -39,26 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from learning_run import cpu_model, run  # bench/ is sys.path[0] when this script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "shopsimrl.cli"]
 EDITS = ("helpful", "misleading")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def run(command: list[str], log: list[dict[str, Any]]) -> None:
-    print("$ " + " ".join(command), flush=True)
-    started = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True)
-    elapsed = time.perf_counter() - started
-    log.append({"command": " ".join(command), "wall_s": round(elapsed, 1)})
-    print(f"  ({elapsed / 60:.1f} min)", flush=True)
 
 
 def main() -> None:

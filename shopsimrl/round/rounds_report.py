@@ -245,11 +245,7 @@ def _write_heldout_plot(path: Path, heldout: dict[str, Any]) -> None:
     axes.set_ylabel("success rate")
     axes.set_ylim(-0.05, 1.05)
     axes.legend(loc="best", fontsize=7)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
+    _save_png(plt, figure, path)
 
 
 def _write_curves(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -270,6 +266,11 @@ def _write_curves(path: Path, rows: list[dict[str, Any]]) -> None:
     axes.set_xlabel("rollout step (rounds in sequence)")
     axes.set_ylim(-0.05, 1.05)
     axes.legend(loc="best", fontsize=7)
+    _save_png(plt, figure, path)
+
+
+def _save_png(plt: Any, figure: Any, path: Path) -> None:
+    """The figure as a PNG at `path`, written atomically; the figure is closed."""
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")

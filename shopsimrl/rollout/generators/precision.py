@@ -50,7 +50,8 @@ class InferencePrecision:
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
         compute_precision(dtype)  # an unknown dtype is an error here, not at the first forward
         self.dtype = dtype
-        self._model = model
+        # The model's structure is fixed; only its weights change (checked at every entry).
+        self._linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         # module -> (the float32 weight it was copied from, that weight's version then, the copy)
         self._copies: dict[torch.nn.Linear, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
@@ -63,8 +64,8 @@ class InferencePrecision:
         # what fingerprints them (the prefix cache, the frozen trunk) sees the same tensors inside.
         swapped: list[torch.nn.Linear] = []
         try:
-            for module in self._model.modules():
-                if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32:
+            for module in self._linears:
+                if module.weight.dtype == torch.float32:
                     copy = self._copy(module, module.weight)
                     module.forward = functools.partial(F.linear, weight=copy, bias=module.bias)
                     swapped.append(module)
