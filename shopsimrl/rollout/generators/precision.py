@@ -45,7 +45,8 @@ def compute_precision(dtype: torch.dtype) -> AbstractContextManager[object]:
 
 class InferencePrecision:
     """The context of a generator's no-grad forwards of `model` in `dtype`: `compute_precision(dtype)`,
-    plus, for bfloat16, the model's linear weights swapped for bfloat16 copies while it is entered."""
+    plus, for bfloat16, the model's linears computing with bfloat16 copies of their weights while it is
+    entered."""
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
         compute_precision(dtype)  # an unknown dtype is an error here, not at the first forward
@@ -79,9 +80,8 @@ class InferencePrecision:
         kept = self._copies.get(module)
         if kept is not None and kept[0] is master and kept[1] == master._version:
             return kept[2]
-        # An ordinary tensor even under inference mode, refreshed in place: the prefix cache tells
-        # weights apart by (address, version counter), which an inference tensor lacks and a fresh copy
-        # at a freed copy's address would repeat.
+        # An ordinary tensor even when made under inference mode, so that it can be refreshed in place
+        # later (an inference tensor cannot be written outside inference mode): one allocation a weight.
         with torch.inference_mode(False), torch.no_grad():
             if kept is not None and kept[2].shape == master.shape:
                 copy = kept[2].copy_(master)
