@@ -80,7 +80,8 @@ class TrialSettings(StrictModel):
     max_cards: int | None = Field(None, ge=1, description="trial at most this many cards per run (CPU budget)")
     concurrency: int = Field(1, ge=1, le=256, description="trials in flight at once, each with its attempts concurrent (sglang: many)")
     compute_dtype: ComputeDtype = Field(
-        ComputeDtype.FLOAT32, description="generator local: the forwards' precision (bfloat16: autocast)"
+        ComputeDtype.FLOAT32, description="generator local: the forwards' precision (bfloat16: autocast; auto: bfloat16 on a CPU with "
+        "avx512_bf16 or amx_bf16, else float32)"
     )
 
 

@@ -31,7 +31,8 @@ class GeneratorConfig(StrictModel):
     compute_dtype: ComputeDtype = Field(
         ComputeDtype.FLOAT32,
         description="backend local: the forwards' precision; bfloat16 runs them under autocast (~2x "
-        "prefill on a CPU with avx512_bf16; episodes no longer token-identical to float32's)",
+        "prefill on a CPU with avx512_bf16; episodes no longer token-identical to float32's); auto: bfloat16 on a CPU with avx512_bf16 or amx_bf16, "
+        "else float32",
     )
     max_attempts: int = Field(3, ge=1, description="runs of an episode before it is recorded unscorable")
     abort_after_consecutive_failures: int = Field(

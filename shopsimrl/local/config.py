@@ -166,7 +166,8 @@ class ModelConfig(StrictModel):
         ComputeDtype.FLOAT32,
         description="precision of the rollout's, warm start's and update's forwards: bfloat16 runs them "
         "under autocast (float32 weights and optimizer state; ~1.7-2x on a CPU with avx512_bf16, outputs "
-        "no longer token-identical to float32's; docs/local_backend.md)",
+        "no longer token-identical to float32's; docs/local_backend.md); auto: bfloat16 on a CPU with "
+        "avx512_bf16 or amx_bf16, else float32",
     )
 
 

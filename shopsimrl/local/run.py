@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from shopsimrl.local.config import ModelName, RunConfig
+from shopsimrl.local.config import ComputeDtype, ModelName, RunConfig
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.startup import check_startup
 from shopsimrl.local.trunk import FrozenTrunk
@@ -98,8 +98,11 @@ def freeze_below(model: Any, top_layers: int) -> int:
 def summary_line(config: RunConfig, model: Any) -> str:
     d = config.driver
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the weights'
-    if config.model.compute_dtype.value != dtype:  # bfloat16 forwards over float32 weights (autocast)
-        dtype += f" compute={config.model.compute_dtype.value}"
+    compute = config.model.compute_dtype.resolved.value
+    if compute != dtype:  # bfloat16 forwards over float32 weights (autocast)
+        dtype += f" compute={compute}"
+    if config.model.compute_dtype is ComputeDtype.AUTO:  # which precision `auto` chose on this CPU
+        dtype += " (auto)"
     # The device the policy really runs on (a GPU host's local backend still trains on the CPU).
     device = next(model.parameters()).device
     devices = f"{device.type}:1"

@@ -77,9 +77,10 @@ def warm_start_key(config: RunConfig) -> dict[str, Any]:
         "shopsim": {key: shopsim[key] for key in _SHOPSIM_KEYS},
         "driver": {key: driver[key] for key in _DRIVER_KEYS},
     }
-    if config.model.compute_dtype is not ComputeDtype.FLOAT32:
+    compute = config.model.compute_dtype.resolved  # `auto` shares the entries of what it chose here
+    if compute is not ComputeDtype.FLOAT32:
         # bfloat16 forwards give other weights; float32 keeps the key (and the entries) it always had
-        key["compute_dtype"] = config.model.compute_dtype.value
+        key["compute_dtype"] = compute.value
     return key
 
 

@@ -21,6 +21,7 @@ import torch
 from pydantic import ValidationError
 
 from shopsimrl.analyst.config import TrialSettings
+from shopsimrl.config.precision import cpu_flags, native_bfloat16
 from shopsimrl.errors import ConfigError
 from shopsimrl.evaluation.episode_config import GeneratorConfig
 from shopsimrl.local.config import ComputeDtype, run_config_from_mapping
@@ -73,7 +74,7 @@ def test_float32_is_the_default_and_another_precision_is_refused_where_it_is_nam
     assert run_config_from_mapping(raw, "t.yaml").model.compute_dtype is ComputeDtype.FLOAT32
     bf16 = run_config_from_mapping({**raw, "model": {"name": "tiny", "compute_dtype": "bfloat16"}}, "t.yaml")
     assert bf16.model.compute_dtype.torch is torch.bfloat16
-    with pytest.raises(ConfigError, match=r"in t\.yaml .*\n  - model\.compute_dtype: Input should be 'float32' or 'bfloat16'$"):
+    with pytest.raises(ConfigError, match=r"in t\.yaml .*\n  - model\.compute_dtype: Input should be 'float32', 'bfloat16' or 'auto'$"):
         run_config_from_mapping({**raw, "model": {"name": "tiny", "compute_dtype": "float16"}}, "t.yaml")
     with pytest.raises(ValueError, match=r"compute dtype torch\.float16 is not one of torch\.float32, torch\.bfloat16"):
         compute_precision(torch.float16)
@@ -85,7 +86,7 @@ def test_float32_is_the_default_and_another_precision_is_refused_where_it_is_nam
     assert GeneratorConfig().compute_dtype is TrialSettings().compute_dtype is ComputeDtype.FLOAT32
     assert GeneratorConfig(compute_dtype="bfloat16").compute_dtype.torch is torch.bfloat16
     for settings in (GeneratorConfig, TrialSettings):
-        with pytest.raises(ValidationError, match="compute_dtype\n  Input should be 'float32' or 'bfloat16'"):
+        with pytest.raises(ValidationError, match="compute_dtype\n  Input should be 'float32', 'bfloat16' or 'auto'"):
             settings(compute_dtype="float16")
 
 
@@ -238,3 +239,37 @@ def test_the_run_header_names_bfloat16_forwards_over_float32_weights(tiny_config
     model = _model()
     assert " dtype=float32 model=" in summary_line(fp32, model)
     assert " dtype=float32 compute=bfloat16 model=" in summary_line(bf16, model)
+
+
+def _native_bfloat16_by_torch() -> bool:
+    """torch's own answer (its cpuinfo library reads CPUID), independent of our /proc/cpuinfo reading."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def test_auto_is_bfloat16_exactly_where_the_cpu_multiplies_bfloat16_natively(tmp_path) -> None:
+    assert native_bfloat16({"avx2", "avx512f", "avx512_bf16"}) and native_bfloat16({"amx_tile", "amx_bf16"})
+    assert not native_bfloat16({"avx2", "avx512f", "avx512_vnni"}) and not native_bfloat16(set())
+    cpuinfo = tmp_path / "cpuinfo"  # Linux's layout: one block per core, tab-padded names
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n"
+                       "processor\t: 1\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")  # fmt: skip
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    assert cpu_flags(arm) == frozenset() and cpu_flags(tmp_path / "absent") == frozenset()  # -> float32
+    # On this machine, `auto` follows what the CPU really has (torch's CPUID reading, not ours).
+    expected = ComputeDtype.BFLOAT16 if _native_bfloat16_by_torch() else ComputeDtype.FLOAT32
+    assert ComputeDtype.AUTO.resolved is expected
+    assert ComputeDtype.AUTO.torch is expected.torch
+    assert ComputeDtype.FLOAT32.resolved is ComputeDtype.FLOAT32 and ComputeDtype.BFLOAT16.resolved is ComputeDtype.BFLOAT16
+
+
+def test_auto_names_its_choice_in_the_run_header_and_shares_the_warm_start_entries_of_it(tiny_config) -> None:
+    from shopsimrl.local.run import summary_line
+
+    raw = tiny_config().model_dump(mode="json")
+    auto = run_config_from_mapping({**raw, "model": {**raw["model"], "compute_dtype": "auto"}}, "t.yaml")
+    chosen = ComputeDtype.BFLOAT16 if _native_bfloat16_by_torch() else ComputeDtype.FLOAT32
+    same = run_config_from_mapping({**raw, "model": {**raw["model"], "compute_dtype": chosen.value}}, "t.yaml")
+    compute = " compute=bfloat16" if chosen is ComputeDtype.BFLOAT16 else ""
+    assert f" dtype=float32{compute} (auto) model=" in summary_line(auto, _model())
+    assert warm_start_key(auto) == warm_start_key(same)
