@@ -19,7 +19,8 @@
 #   ROLLOUT_SEED, SHOPSIM_CONFIG   the round's seed and plugin options (common.env/formal.env defaults)
 #   ALGO            grpo or ppo: the advantage estimator, over the profile's ADVANTAGE_ESTIMATOR; ppo
 #                   adds slime's critic flags (--gamma --lambd --value-clip --num-critic-only-steps
-#                   --megatron-config-path; common.env). PPO runs without SAVE_DIR only (see below)
+#                   --megatron-config-path; common.env). With SAVE_DIR the critic saves to
+#                   SAVE_DIR/critic and starts from its own, START_LOAD/critic's or fresh (see below)
 #   NUM_GPUS, SMOKE_NUM_GPUS       GPUs of a formal / smoke run (common.env, smoke.env)
 #   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix
 #                   --wandb-mode (WANDB_MODE, default offline), and --wandb-team/--wandb-dir when
@@ -99,19 +100,41 @@ if [[ "${DRY_RUN}" == 0 ]]; then
 else
   PREPARE_MODE=()
 fi
+# PPO: slime trains a critic (use_critic) beside the actor, on the same GPUs (it forces offload_train).
+# slime v0.3.1 has no critic checkpoint flag: the critic is the actor's arguments with the critic entry
+# of --megatron-config-path applied, so under SAVE_DIR prepare writes a copy of the role file whose
+# critic saves to SAVE_DIR/critic and loads its own save (a resume), START_LOAD/critic (the hand-off),
+# or nothing of its own (fresh, from --ref-load's weights), as the actor does (shopsimrl/ops/critic.py).
+ROLES_ARGS=()
+if [[ "${ADVANTAGE_ESTIMATOR}" == ppo ]]; then
+  for name in GAMMA LAMBD VALUE_CLIP NUM_CRITIC_ONLY_STEPS MEGATRON_ROLES_CONFIG; do
+    [[ -n "${!name:-}" ]] || die "${LAUNCH_CONFIG}: ppo needs ${name} (common.env)"
+  done
+  [[ -f "${MEGATRON_ROLES_CONFIG}" ]] || die "megatron roles config not found: ${MEGATRON_ROLES_CONFIG}"
+  MEGATRON_ROLES_CONFIG="$(absolute "${MEGATRON_ROLES_CONFIG}")"
+  [[ -z "${SAVE_DIR:-}" ]] || ROLES_ARGS=(--megatron-roles "${MEGATRON_ROLES_CONFIG}")
+fi
 # Plugin options (every problem listed), and for a real launch every input -- model files, the
 # converted checkpoint, prompt data, START_LOAD's tracker -- before anything is created or
-# started. Prints the run dir, the resolved options file slime gets, and where slime will start.
+# started. Prints the run dir, the resolved options file slime gets, and where slime will start (PPO
+# under SAVE_DIR: also the resolved role file and where the critic starts).
 prepared="$(PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -m shopsimrl.cli slime prepare \
   --config "${SHOPSIM_CONFIG}" --group "${RUN_GROUP}" --base-dir "${PWD}" --hf-checkpoint "${HF_CHECKPOINT}" \
   --ref-load "${REF_LOAD}" --prompt-data "${PROMPT_DATA}" --start-load "${START_LOAD}" --save-dir "${SAVE_DIR:-}" \
-  "${PREPARE_MODE[@]}" -- "${MODEL_ARGS[@]}")" ||
+  "${ROLES_ARGS[@]}" "${PREPARE_MODE[@]}" -- "${MODEL_ARGS[@]}")" ||
   die "cannot launch ${LAUNCH_CONFIG} with ${SHOPSIM_CONFIG}: see the errors above; nothing was started"
 mapfile -t prepared_lines <<<"${prepared}"
-((${#prepared_lines[@]} == 3)) || die "shopsimrl slime prepare printed ${#prepared_lines[@]} lines, expected 3: ${prepared}"
+expected_lines=$((${#ROLES_ARGS[@]} ? 5 : 3))
+((${#prepared_lines[@]} == expected_lines)) ||
+  die "shopsimrl slime prepare printed ${#prepared_lines[@]} lines, expected ${expected_lines}: ${prepared}"
 RUN_DIR="${prepared_lines[0]}"
 OPTIONS_FILE="${prepared_lines[1]}"
 START_PLAN="${prepared_lines[2]}"
+CRITIC_PLAN="fresh from --ref-load's weights, never saved (no SAVE_DIR; ${MEGATRON_ROLES_CONFIG:-} as shipped)"
+if ((${#ROLES_ARGS[@]})); then
+  MEGATRON_ROLES_CONFIG="${prepared_lines[3]}"
+  CRITIC_PLAN="${prepared_lines[4]}"
+fi
 
 WANDB_ARGS=()
 if [[ "${USE_WANDB}" == 1 ]]; then
@@ -187,22 +210,13 @@ GRPO_ARGS=(--advantage-estimator "${ADVANTAGE_ESTIMATOR}"
   --eps-clip "${EPS_CLIP}"
   --eps-clip-high "${EPS_CLIP_HIGH}")
 
-# PPO: slime trains a critic (use_critic) beside the actor, on the same GPUs (it forces offload_train).
 PPO_ARGS=()
 if [[ "${ADVANTAGE_ESTIMATOR}" == ppo ]]; then
-  # slime saves the critic with the critic role's own --save; sharing the actor's would mix the two
-  # models in one directory, and the round hand-off (docs/slime_handoff.md) knows no critic yet.
-  [[ -z "${SAVE_DIR:-}" ]] ||
-    die "${LAUNCH_CONFIG}: ppo runs without SAVE_DIR for now: the critic's checkpoints and their round hand-off are not wired (docs/metrics.md, PPO)"
-  for name in GAMMA LAMBD VALUE_CLIP NUM_CRITIC_ONLY_STEPS MEGATRON_ROLES_CONFIG; do
-    [[ -n "${!name:-}" ]] || die "${LAUNCH_CONFIG}: ppo needs ${name} (common.env)"
-  done
-  [[ -f "${MEGATRON_ROLES_CONFIG}" ]] || die "megatron roles config not found: ${MEGATRON_ROLES_CONFIG}"
   PPO_ARGS=(--gamma "${GAMMA}"
     --lambd "${LAMBD}"
     --value-clip "${VALUE_CLIP}"
     --num-critic-only-steps "${NUM_CRITIC_ONLY_STEPS}"
-    --megatron-config-path "$(absolute "${MEGATRON_ROLES_CONFIG}")")
+    --megatron-config-path "${MEGATRON_ROLES_CONFIG}")
 fi
 
 OPTIMIZER_ARGS=(--optimizer adam
@@ -296,6 +310,9 @@ PLAN=(
   "conversion: ${REF_LOAD} (the first round's --ref-load) must hold the Megatron copy of ${HF_CHECKPOINT}; create it once with \`make convert\`, which runs: $(DRY_RUN=1 bash "${REPO_ROOT}/scripts/convert_hf_to_torch_dist.sh" 2>/dev/null | tail -n 1 | sed "s/ $//")"
   "prompts: ${PROMPT_DATA}: one task per line, prompt = [{\"role\": \"user\", \"content\": <instruction>}], rendered by slime with --apply-chat-template; our generate hook plays metadata.task_id (write it with \`shopsimrl tasks export\`)"
   "start: ${START_PLAN}"
+)
+[[ "${ADVANTAGE_ESTIMATOR}" != ppo ]] || PLAN+=("critic: ${CRITIC_PLAN}")
+PLAN+=(
   "credentials: $(credential_route)"
   "ownership: $(ownership)"
   "outputs: ${RUN_DIR} (plugin options ${OPTIONS_FILE})${SAVE_DIR:+, checkpoints ${SAVE_DIR}}, Ray logs ${RAY_TEMP_DIR}/session_latest/logs"

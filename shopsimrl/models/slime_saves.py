@@ -7,7 +7,9 @@
 A slime save directory holds Megatron's tracker `latest_checkpointed_iteration.txt` (the iteration
 = the rollout id of the newest save, or `release`), the `iter_<7 digits>/` checkpoints, and, with
 `--save-hf <save>/hf/rollout-{rollout_id}` (scripts/run_shopsimrl_slime.sh), one Hugging Face copy
-per save. docs/slime_handoff.md says how a next round uses them.
+per save. A PPO round's critic saves beside them in `critic/` (its own tracker and `iter_*`, no HF
+copy; the critic role's --save, scripts/run_shopsimrl_slime.sh). docs/slime_handoff.md says how a next
+round uses them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 TRACKER_FILE = "latest_checkpointed_iteration.txt"  # Megatron's name (get_checkpoint_tracker_filename)
 HF_SAVES_DIR = "hf"  # --save-hf <save>/hf/rollout-{rollout_id}
 HF_INDEX_FILE = "model.safetensors.index.json"  # written last by slime's HF exporter
+CRITIC_SAVE_DIR = "critic"  # <save>/critic: the critic role's own --load/--save under PPO
 _HF_SAVE_NAME = re.compile(r"rollout-(\d+)")
 _ITER_NAME = re.compile(r"iter_(\d{7})")  # Megatron's get_checkpoint_name
 
@@ -107,19 +110,32 @@ def prune_saves(save_dir: str | Path) -> list[Path]:
 
     For a finished round: the next round reads only the tracker's iteration (START_LOAD) and the
     round's later stages only the last HF save, while slime keeps every save (no retention option),
-    ~60 GiB each for Qwen3.5-4B. Both kept saves must be whole first (else SlimeSaveError, nothing
-    removed); anything not named by Megatron's or --save-hf's pattern is left alone.
+    ~60 GiB each for Qwen3.5-4B. A PPO round's `critic/` is pruned the same way (its tracker's
+    `iter_<n>` is what the next round's critic starts from). Every kept save must be whole first (else
+    SlimeSaveError, nothing removed); anything not named by Megatron's or --save-hf's pattern is left alone.
     """
     root = Path(save_dir)
-    iteration = latest_iteration(root)
-    if iteration is None:
-        raise SlimeSaveError(f"{root}: no {TRACKER_FILE}: nothing pruned")
-    kept_iter = root / f"iter_{iteration:07d}"
-    if not kept_iter.is_dir():
-        raise SlimeSaveError(f"{kept_iter} (named by {root / TRACKER_FILE}) is missing: nothing pruned")
+    kept_iter = _tracked_iter(root)
     kept_hf = last_hf_save(root)
-    doomed = sorted(p for p in root.iterdir() if _ITER_NAME.fullmatch(p.name) and p.is_dir() and p != kept_iter)
-    doomed += [path for _, path in hf_saves(root) if path != kept_hf]
+    doomed = _other_iters(root, kept_iter) + [path for _, path in hf_saves(root) if path != kept_hf]
+    critic = root / CRITIC_SAVE_DIR
+    if critic.is_dir():
+        doomed += _other_iters(critic, _tracked_iter(critic))
     for path in doomed:
         shutil.rmtree(path)
     return doomed
+
+
+def _tracked_iter(root: Path) -> Path:
+    """The `iter_<n>` directory the tracker of `root` names; SlimeSaveError when either is missing."""
+    iteration = latest_iteration(root)
+    if iteration is None:
+        raise SlimeSaveError(f"{root}: no {TRACKER_FILE}: nothing pruned")
+    kept = root / f"iter_{iteration:07d}"
+    if not kept.is_dir():
+        raise SlimeSaveError(f"{kept} (named by {root / TRACKER_FILE}) is missing: nothing pruned")
+    return kept
+
+
+def _other_iters(root: Path, kept: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if _ITER_NAME.fullmatch(p.name) and p.is_dir() and p != kept)

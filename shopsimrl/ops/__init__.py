@@ -9,6 +9,7 @@ imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and 
 - `shopsimrl.ops.compose_schema`: `schema_errors`, `persistent_mount_problems`
 - `shopsimrl.ops.canary`: `run_canary`, `CanarySettings`, `CanaryReport`
 - `shopsimrl.ops.launch`: `prepare_launch`, `resolve_options`, `input_problems` (the slime launcher's checks)
+- `shopsimrl.ops.critic`: `critic_plan`, `resolved_roles` (where a PPO launch's critic loads and saves)
 - `shopsimrl.ops.model_files`: `hf_model_problems`, `converted_checkpoint_problems`, `architecture_problems`
 - `shopsimrl.ops.footprint`: `disk_need`, `saves_in_run` (disk a launch profile writes)
 - `shopsimrl.ops.chat_template`: `compare_with_template` (the rollout's ids vs the checkpoint's template)

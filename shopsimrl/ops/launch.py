@@ -5,7 +5,9 @@ round, `<WANDB_GROUP>-smoke` for a smoke run) and from it the run directory, the
 directory and the W&B group. The shipped plugin configs (`configs/shopsim.{smoke,formal}.yaml`) say
 `run_dir: runs/{group}/train`; `prepare_launch` fills in the group, makes the paths absolute against
 the launch directory (Ray runs the hooks in other working directories), validates the result and
-writes it to `<run_dir>/shopsim_options.yaml`, the file slime gets as `--custom-config-path`.
+writes it to `<run_dir>/shopsim_options.yaml`, the file slime gets as `--custom-config-path`. For PPO
+under SAVE_DIR it also writes `<run_dir>/megatron_roles.yaml`, the role file with the critic's own
+load and save (shopsimrl.ops.critic), which slime gets as `--megatron-config-path`.
 
 Nothing is created outside the launch directory (the container's /workspace, or the checkout on a
 host), and nothing at all before every input has been checked: a missing model, converted
@@ -29,6 +31,7 @@ from shopsimrl.config.options import OPTIONS_KEY, ShopSimOptions, validate_optio
 from shopsimrl.errors import ConfigError
 from shopsimrl.models.slime_saves import TRACKER_FILE, SlimeSaveError, latest_iteration
 from shopsimrl.ops import model_files
+from shopsimrl.ops.critic import RESOLVED_ROLES_NAME, critic_plan, resolved_roles
 from shopsimrl.storage import atomic_write_text
 
 GROUP_PLACEHOLDER = "{group}"
@@ -49,6 +52,8 @@ class LaunchPaths:
     run_dir: Path
     options_file: Path
     start: str  # where slime will start this launch from (the plan's `start:` line)
+    roles_file: Path | None = None  # PPO: the resolved --megatron-config-path
+    critic: str | None = None  # PPO: where the critic starts (the plan's `critic:` line)
 
 
 def _absolute(value: str, base_dir: Path) -> str:
@@ -179,22 +184,33 @@ def prepare_launch(
     write: bool,
     start_load: str | None = None,
     save_dir: str | None = None,
+    roles_config: str | None = None,
 ) -> LaunchPaths:
     """Validate everything; with `write`, also check the inputs and write the resolved options file.
 
     `start_load` is the previous round's save dir (START_LOAD), `save_dir` this round's (--load and
-    --save). Raises LaunchError listing every problem; creates nothing when it raises.
+    --save). `roles_config` (PPO): the shipped --megatron-config-path, resolved with the critic's own
+    load and save into `<run_dir>/megatron_roles.yaml`. Raises LaunchError listing every problem;
+    creates nothing when it raises.
     """
     document, options = resolve_options(config_path, group, base_dir)
     run_dir = Path(options.run_dir)
+    critic = critic_plan(save_dir=save_dir, start_load=start_load) if roles_config else None
     paths = LaunchPaths(run_dir=run_dir, options_file=run_dir / RESOLVED_OPTIONS_NAME,
-                        start=start_plan(save_dir=save_dir, start_load=start_load, ref_load=ref_load))  # fmt: skip
+                        start=start_plan(save_dir=save_dir, start_load=start_load, ref_load=ref_load),
+                        roles_file=run_dir / RESOLVED_ROLES_NAME if critic else None,
+                        critic=critic.line if critic else None)  # fmt: skip
     trap = start_problems(save_dir=save_dir, start_load=start_load, check_disk=False)
     if trap:
         raise LaunchError(trap)
+    try:
+        roles = resolved_roles(roles_config, critic) if roles_config and critic else None
+    except ConfigError as exc:
+        raise LaunchError([str(exc)]) from None
     if not write:
         return paths
     problems = start_problems(save_dir=save_dir, start_load=start_load, check_disk=True)
+    problems += [critic.problem] if critic and critic.problem else []
     problems += input_problems(
         hf_checkpoint=hf_checkpoint, ref_load=ref_load, prompt_data=prompt_data, model_args=model_args
     )
@@ -205,4 +221,9 @@ def prepare_launch(
         "# slime reads it with --custom-config-path. Edit the source file, not this copy.\n"
     )
     atomic_write_text(paths.options_file, header + yaml.safe_dump(document, sort_keys=False))
+    if roles is not None and paths.roles_file is not None:
+        atomic_write_text(paths.roles_file, (
+            f"# Written by scripts/run_shopsimrl_slime.sh from {roles_config} for run group {group}: the critic's\n"
+            "# load and save (shopsimrl/ops/critic.py); slime reads it with --megatron-config-path.\n"
+        ) + yaml.safe_dump(roles, sort_keys=False))  # fmt: skip
     return paths

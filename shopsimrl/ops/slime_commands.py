@@ -40,11 +40,16 @@ def _fail(problems: list[str]) -> None:
 @click.option("--start-load", default=None,
               help="the previous round's save dir (START_LOAD): the round starts from its final weights")  # fmt: skip
 @click.option("--save-dir", default=None, help="this round's --load/--save directory (none for a smoke run)")
+@click.option("--megatron-roles", default=None,
+              help="PPO with --save-dir: the shipped --megatron-config-path, resolved with the critic's load and save")  # fmt: skip
 @click.option("--write", is_flag=True, help="check the inputs and write <run_dir>/shopsim_options.yaml")
 @click.argument("model_args", nargs=-1, type=click.UNPROCESSED)
-def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, start_load, save_dir, write,
-            model_args) -> None:  # fmt: skip
+def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, start_load, save_dir, megatron_roles,
+            write, model_args) -> None:  # fmt: skip
     """Validate a launch; print the run dir, the options file slime gets and where it starts (one per line).
+
+    With --megatron-roles two more lines: the resolved role file slime gets as --megatron-config-path
+    (<run_dir>/megatron_roles.yaml) and where the critic starts.
 
     Without --write nothing is checked on disk and nothing is written (DRY_RUN). With --write every
     input is checked first (model files, converted checkpoint, prompt data) and all problems are
@@ -58,12 +63,15 @@ def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, 
         paths = prepare_launch(config_path=config_path, group=group, base_dir=base_dir.resolve(),
                                hf_checkpoint=hf_checkpoint, ref_load=ref_load, prompt_data=prompt_data,
                                model_args=list(model_args), write=write, start_load=start_load or None,
-                               save_dir=save_dir or None)  # fmt: skip
+                               save_dir=save_dir or None, roles_config=megatron_roles or None)  # fmt: skip
     except LaunchError as exc:
         _fail(exc.problems)
     click.echo(str(paths.run_dir))
     click.echo(str(paths.options_file))
     click.echo(paths.start)
+    if paths.roles_file is not None:
+        click.echo(str(paths.roles_file))
+        click.echo(paths.critic)
 
 
 @slime.command("check-model")

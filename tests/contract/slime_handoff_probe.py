@@ -18,6 +18,12 @@ data position a start restores). What stands in, because Megatron is not vendore
   `latest_iteration`; the actor then starts at `iteration + 1` (slime/backends/megatron_utils/
   actor.py:107) unless `args.start_rollout_id` is already set (slime/ray/placement_group.py:218);
 - import-time stubs for sglang, sglang_router, ray and megatron (none of them is called).
+
+Under `--advantage-estimator ppo` a launch also reports `critic`: slime's own `create_training_models`
+(slime/ray/placement_group.py:183-224: the role files read by `parse_megatron_role_args`, the critic's
+start taking precedence) runs with Megatron's train group stood in by `_MegatronGroup`, which applies
+the same "Set iteration" rule to the role's arguments, and slime's own load-dir check
+(`_is_dir_nonempty`, slime/backends/megatron_utils/checkpoint.py:100) to its `--load`.
 """
 
 from __future__ import annotations
@@ -29,10 +35,18 @@ import sys
 import types
 from pathlib import Path
 
+
+def _ray_remote(*args, **options):
+    """`@ray.remote` and `@ray.remote(num_gpus=1)` at slime's import time: the class unchanged."""
+    return args[0] if args and not options else (lambda cls: cls)
+
+
 _STUBS = {
     "sglang": {}, "sglang.srt": {}, "sglang.srt.server_args": {"ServerArgs": object},
     "sglang_router": {}, "sglang_router.launch_router": {"RouterArgs": object},
-    "ray": {}, "megatron": {}, "megatron.training": {},
+    "ray": {"remote": _ray_remote}, "ray.util": {}, "ray.util.placement_group": {"placement_group": None,
+    "PlacementGroup": object}, "ray.util.scheduling_strategies": {"PlacementGroupSchedulingStrategy": object},
+    "megatron": {}, "megatron.training": {},
     "megatron.training.checkpointing": {"load_checkpoint": None, "save_checkpoint": None},
     "megatron.training.global_vars": {"get_args": None},
 }  # fmt: skip
@@ -69,6 +83,56 @@ def _data_source(args):
     return source
 
 
+def _loaded_iteration(args) -> int | None:
+    """Megatron's "Set iteration" for a role's arguments: 0 with --finetune, else the tracker's (None: no tracker)."""
+    from slime.backends.megatron_utils.checkpoint import _is_megatron_checkpoint
+
+    from shopsimrl.models.slime_saves import latest_iteration
+
+    tracker = latest_iteration(args.load) if args.load is not None and _is_megatron_checkpoint(args.load) else None
+    return 0 if args.finetune or tracker is None else tracker
+
+
+class _MegatronGroup:
+    """Stands in for RayTrainGroup + MegatronTrainRayActor.init: what a role loads and the start it returns."""
+
+    created: dict[str, dict] = {}
+
+    def __init__(self, args, role: str):
+        self.args, self.role = args, role
+
+    def create(self, rollout_manager=None) -> list[int]:
+        from slime.backends.megatron_utils.checkpoint import _is_dir_nonempty
+
+        args = self.args
+        loadable = args.load is not None and Path(args.load).exists() and _is_dir_nonempty(args.load)
+        iteration = _loaded_iteration(args)
+        self.created[self.role] = {"load": args.load, "save": args.save, "finetune": args.finetune,
+                                   "no_load_optim": args.no_load_optim, "no_load_rng": args.no_load_rng,
+                                   "load_passes_slimes_check": loadable, "loads_iteration": iteration,
+                                   "lr": args.lr}  # fmt: skip
+        return [iteration + 1]  # slime/backends/megatron_utils/actor.py:107
+
+
+def _ppo_models(args) -> dict:
+    """slime's create_training_models on `args` (validated): each role's load/save and the run's start."""
+    import ray
+    from slime.ray import placement_group
+
+    ray.get = lambda value: value  # slime's own unit test of create_training_models does the same
+    placement_group.allocate_train_group = lambda args, role="actor", **_: _MegatronGroup(args, role)
+    _MegatronGroup.created = {}
+    source = _data_source(args)
+
+    class _RolloutManager:  # rollout_manager.load.remote(start - 1): slime's data source restores its position
+        class load:  # noqa: N801
+            remote = staticmethod(source.load)
+
+    placement_group.create_training_models(args, {"actor": None, "critic": None}, _RolloutManager())
+    return {**_MegatronGroup.created, "start_rollout_id": args.start_rollout_id,
+            "data_sample_offset": source.sample_offset}  # fmt: skip
+
+
 def _launch(argv: list[str]) -> dict:
     from slime.backends.megatron_utils.checkpoint import _is_megatron_checkpoint
     from slime.utils.arguments import slime_validate_args
@@ -92,7 +156,9 @@ def _launch(argv: list[str]) -> dict:
     source = _data_source(args)
     if args.rollout_global_dataset:
         source.load(start - 1)  # what create_training_models does (slime/ray/placement_group.py:221-222)
+    ppo = _ppo_models(copy.deepcopy(args)) if args.use_critic else None
     return {
+        "ppo": ppo,
         "load": args.load, "save": args.save, "ref_load": args.ref_load, "finetune": args.finetune,
         "no_load_optim": args.no_load_optim, "no_load_rng": args.no_load_rng,
         "start_rollout_id_after_validate": args.start_rollout_id, "load_is_megatron": megatron_dir,

@@ -151,3 +151,26 @@ def test_prune_removes_nothing_when_the_last_saves_are_not_whole(tmp_path) -> No
     with pytest.raises(SlimeSaveError, match="iter_0000199 .* is missing: nothing pruned"):
         prune_saves(save)
     assert (save / "iter_0000099").is_dir() and (save / "hf" / "rollout-99").is_dir()
+
+
+def test_prune_keeps_the_critics_tracked_iteration_too(tmp_path) -> None:
+    """A PPO round's critic saves in critic/ (its role's --save): Megatron's tracker and iter_ dirs, no HF copy.
+    The next round's critic starts from the tracker's iteration, so that one stays."""
+    save = _save_dir(tmp_path, "199", [99, 199])
+    critic = save / "critic"
+    for n in (99, 199):
+        (critic / f"iter_{n:07d}").mkdir(parents=True)
+    (critic / "latest_checkpointed_iteration.txt").write_text("199")
+    removed = prune_saves(save)
+    assert removed == [save / "hf" / "rollout-99", critic / "iter_0000099"]
+    assert sorted(p.name for p in critic.iterdir()) == ["iter_0000199", "latest_checkpointed_iteration.txt"]
+
+
+def test_prune_removes_nothing_when_the_critics_tracked_save_is_missing(tmp_path) -> None:
+    save = _save_dir(tmp_path, "199", [99, 199])
+    (save / "iter_0000099").mkdir()
+    (save / "critic" / "iter_0000099").mkdir(parents=True)  # the critic's tracker was never written
+    with pytest.raises(SlimeSaveError) as err:
+        prune_saves(save)
+    assert str(err.value) == f"{save / 'critic'}: no latest_checkpointed_iteration.txt: nothing pruned"
+    assert (save / "iter_0000099").is_dir() and (save / "hf" / "rollout-99").is_dir()

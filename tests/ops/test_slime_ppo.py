@@ -62,13 +62,24 @@ def test_ppo_profile_passes_slimes_critic_flags_and_grpo_does_not() -> None:
     assert value_of(dry_run("configs/slime/smoke.env", ALGO="ppo").submit, "--advantage-estimator") == "ppo"
 
 
-def test_bad_algo_and_ppo_with_checkpoints_are_refused() -> None:
+def test_bad_algo_is_refused() -> None:
     bad = dry_run("configs/slime/smoke.env", ALGO="gspo")
     assert bad.returncode == 2
     assert "ALGO / ADVANTAGE_ESTIMATOR must be grpo or ppo, got 'gspo'" in bad.stderr
-    formal = dry_run("configs/slime/formal.env", ALGO="ppo")
-    assert formal.returncode == 2
-    assert "ppo runs without SAVE_DIR for now" in formal.stderr
+
+
+def test_ppo_with_checkpoints_gets_the_run_dirs_role_file_and_a_critic_plan() -> None:
+    """Under SAVE_DIR the critic's load/save go into a resolved role file (tests/ops/test_slime_critic.py)."""
+    formal = dry_run("configs/slime/formal.env", ALGO="ppo", WANDB_GROUP="ppo-round-000")
+    assert formal.returncode == 0, formal.stderr
+    assert value_of(formal.submit, "--megatron-config-path") == str(ROOT / "runs/ppo-round-000/train/megatron_roles.yaml")
+    assert formal.plan["critic"] == ("fresh (the first round): slime builds the critic from --ref-load's weights with "
+                                     f"a new value head, saves to {ROOT}/checkpoints/ppo-round-000/critic")  # fmt: skip
+    assert not (ROOT / "runs/ppo-round-000").exists()  # a dry run writes nothing
+    smoke = dry_run("configs/slime/smoke-ppo.env")
+    assert smoke.plan["critic"] == (f"fresh from --ref-load's weights, never saved (no SAVE_DIR; "
+                                    f"{ROOT}/configs/slime/ppo_roles.yaml as shipped)")  # fmt: skip
+    assert "critic" not in dry_run("configs/slime/formal.env").plan
 
 
 @requires_slime
@@ -86,3 +97,13 @@ def test_slimes_parser_reads_the_ppo_command(slime_arguments: types.ModuleType) 
     assert critic.kl_coef == 0  # slime's critic-only setting
     actor = slime_arguments.parse_megatron_role_args(args, args.megatron_config_path, role="actor")
     assert actor.lr == args.lr  # no actor entry: the actor keeps the command line's
+
+
+@requires_slime
+def test_slime_has_no_critic_checkpoint_flag(slime_arguments: types.ModuleType) -> None:
+    """slime's usage docs name --critic-load/--critic-save; v0.3.1's parser has neither, so the critic's
+    load and save can only come from its --megatron-config-path entry (shopsimrl/ops/critic.py)."""
+    parser = argparse.ArgumentParser(allow_abbrev=False, conflict_handler="resolve")
+    slime_arguments.get_slime_extra_args_provider()(parser)
+    _args, unknown = parser.parse_known_args(["--rollout-batch-size", "1", "--critic-load", "/a", "--critic-save", "/b"])
+    assert unknown == ["--critic-load", "/a", "--critic-save", "/b"]

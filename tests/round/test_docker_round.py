@@ -15,6 +15,7 @@ import pytest
 from round_helpers import SKILLBANK
 
 from shopsimrl.errors import rerun_command
+from shopsimrl.ops.critic import critic_plan
 from shopsimrl.round import load_round_config, round_config_from_mapping, run_round
 from shopsimrl.round.backends import DockerBackend
 from shopsimrl.round.chain import run_rounds
@@ -72,6 +73,12 @@ if service == "train":
         (hf / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
         # checkpoints/<group>/latest_checkpointed_iteration.txt: Megatron's tracker, after each save.
         (ckpt / "latest_checkpointed_iteration.txt").write_text(str(n))
+        if os.environ.get("ALGO") == "ppo":  # .env's ALGO reaches the train service (compose env_file)
+            # checkpoints/<group>/critic/: the critic's save_model after the actor's (train.py:75-78), Megatron's
+            # save_checkpoint into the critic role's --save; no HF copy (actor.py:564: --save-hf is the actor's).
+            (ckpt / "critic" / f"iter_{n:07d}").mkdir(parents=True, exist_ok=True)
+            (ckpt / "critic" / f"iter_{n:07d}" / "common.pt").write_bytes(b"c" * n)
+            (ckpt / "critic" / "latest_checkpointed_iteration.txt").write_text(str(n))
 elif service == "analyze":
     # runs/<group>/analysis/*: `shopsimrl training analyze` (shopsimrl/analyst/stage.py) in the tools image.
     d = runs / "analysis"; d.mkdir(parents=True, exist_ok=True)
@@ -163,6 +170,25 @@ def test_two_docker_rounds_hand_on_the_slime_save_and_the_gate_skillbank(tmp_pat
     again, _ = run_rounds(first, count=2, settings_for=settings, backend=DockerBackend(compose=command),
                           echo=lambda _: None)  # fmt: skip
     assert [r.ran for _, r in again] == [[], []] and len(_calls(calls)) == 6
+
+
+def test_ppo_rounds_hand_on_the_critic_with_the_actor(tmp_path, compose, monkeypatch):
+    """START_LOAD names round N's save dir; its critic/ is what round N+1's critic loads (shopsimrl/ops/critic.py)."""
+    command, calls = compose
+    monkeypatch.setenv("ALGO", "ppo")
+    first = round_config_from_mapping(_docker_round(tmp_path), "test")
+    settings = lambda config: WandbSettings(enabled=False, group=config.group)  # noqa: E731
+    run_rounds(first, count=2, settings_for=settings, backend=DockerBackend(compose=command), echo=lambda _: None)
+    ckpts = Path("checkpoints").resolve()
+    for group in ("gpu-round-000", "gpu-round-001"):
+        # pruned like the actor: the tracker's iteration stays, the earlier one goes
+        assert sorted(p.name for p in (ckpts / group / "critic").iterdir()) == [
+            "iter_0000019", "latest_checkpointed_iteration.txt"]  # fmt: skip
+    assert _calls(calls)[3]["env"]["START_LOAD"] == str(Path("checkpoints") / "gpu-round-000")
+    nxt = load_round_config(Path("runs") / "gpu-round-001" / "next_round.yaml")
+    plan = critic_plan(save_dir=str(ckpts / nxt.group), start_load=str(Path(nxt.round.start_load).resolve()))
+    assert (plan.load, plan.save) == (str(ckpts / "gpu-round-001" / "critic"), str(ckpts / "gpu-round-002" / "critic"))
+    assert plan.line.startswith(f"hand-off: --load {ckpts}/gpu-round-001/critic (iteration 19) as weights only")
 
 
 def test_a_training_that_logged_no_rollout_finishes_its_round_and_a_rerun_is_not_refused(tmp_path, compose, monkeypatch):
