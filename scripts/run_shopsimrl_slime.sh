@@ -19,7 +19,8 @@
 #   ROLLOUT_SEED, SHOPSIM_CONFIG   the round's seed and plugin options (common.env/formal.env defaults)
 #   ALGO            grpo or ppo: the advantage estimator, over the profile's ADVANTAGE_ESTIMATOR; ppo
 #                   adds slime's critic flags (--gamma --lambd --value-clip --num-critic-only-steps
-#                   --megatron-config-path; common.env). With SAVE_DIR the critic saves to
+#                   --megatron-config-path; common.env) and our rollout-data hook (rollout/ppo/*
+#                   spreads, docs/metrics.md "PPO"). With SAVE_DIR the critic saves to
 #                   SAVE_DIR/critic and starts from its own, START_LOAD/critic's or fresh (see below)
 #   NUM_GPUS, SMOKE_NUM_GPUS       GPUs of a formal / smoke run (common.env, smoke.env)
 #   USE_WANDB=0|1   1 adds --use-wandb --wandb-project --wandb-group --disable-wandb-random-suffix
@@ -216,7 +217,8 @@ if [[ "${ADVANTAGE_ESTIMATOR}" == ppo ]]; then
     --lambd "${LAMBD}"
     --value-clip "${VALUE_CLIP}"
     --num-critic-only-steps "${NUM_CRITIC_ONLY_STEPS}"
-    --megatron-config-path "${MEGATRON_ROLES_CONFIG}")
+    --megatron-config-path "${MEGATRON_ROLES_CONFIG}"
+    --rollout-data-postprocess-path shopsimrl.slime_metrics.add_ppo_spread_metrics)
 fi
 
 OPTIMIZER_ARGS=(--optimizer adam

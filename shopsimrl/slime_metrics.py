@@ -1,10 +1,12 @@
-"""slime hooks for monitoring: the all-samples hook and the rollout-log hook (dotted paths: docs/contracts.md).
+"""slime hooks for monitoring: the all-samples hook, the rollout-log hook (dotted paths: docs/contracts.md)
+and, under PPO, the rollout-data hook.
 
     --rollout-all-samples-process-path   shopsimrl.slime_metrics.record_generated_rollout_groups
     --custom-rollout-log-function-path   shopsimrl.slime_metrics.enrich_rollout_metrics
+    --rollout-data-postprocess-path      shopsimrl.slime_metrics.add_ppo_spread_metrics   (ppo only)
 
-Both run in slime's RolloutManager process, the all-samples hook first (docs/metrics.md, "How the
-numbers get into slime's single log call").
+The first two run in slime's RolloutManager process, the all-samples hook first (docs/metrics.md,
+"How the numbers get into slime's single log call").
 The all-samples hook sees every completed group (kept, filter-dropped, surplus) but has no return
 channel and no rollout id; the log hook knows the rollout id and the accepted batch. So the first
 writes traces, triage and retry requests and leaves group summaries in a per-process stash, and the
@@ -14,6 +16,9 @@ dict is filled all the same. slime keeps no local record of what it logs (W&B or
 stdout only), so the log hook also appends that merged dict, with `rollout/step`, to
 `<run_dir>/metrics.jsonl`: the round report's training curve and a USE_WANDB=0 run read it. The
 local driver writes that file itself (its StageLogger) and tells the hook so on `args`.
+The rollout-data hook runs in the actor (Megatron) processes instead and shares nothing with the
+other two: it adds `rollout/ppo/*` (metrics/ppo_spread.py) to the row slime's actor logs with
+`rollout/values` (W&B or TensorBoard and stdout; like `rollout/values`, not in metrics.jsonl).
 Design notes: docs/metrics.md and docs/dynamic_sampling_filter.md.
 
 This module stays at the top of the package, beside `shopsimrl.slime_hooks`, rather than in
@@ -42,6 +47,7 @@ from shopsimrl.metrics.groups import (
     summarize_group,
 )
 from shopsimrl.metrics.names import DYNAMIC_FILTER_DROP_PREFIX
+from shopsimrl.metrics.ppo_spread import ppo_spreads
 from shopsimrl.records import (
     GroupTrace,
     RetryRequest,
@@ -364,9 +370,63 @@ def enrich_rollout_metrics(
     return False
 
 
+# slime's `log_rollout_data` logs every entry of `rollout_data` under `rollout/` + its key; a list of
+# plain numbers is reduced over the data-parallel ranks as sum(list) / len(list), so a one-element list
+# holding the same number on every rank is logged as that number.
+_ROLLOUT_DATA_PREFIX = "rollout/"
+_PPO_ROLLOUT_DATA_KEYS = ("values", "returns", "advantages", "loss_masks")
+
+
+def add_ppo_spread_metrics(args: Any, rollout_id: int, rollout_data: dict[str, Any]) -> None:
+    """slime rollout-data hook (PPO): our `rollout/ppo/*` into slime's own rollout log row.
+
+    Runs in every actor (Megatron) process, after slime's `compute_advantages_and_returns` and just
+    before its `log_rollout_data` (slime/backends/megatron_utils/actor.py:497-506): `values` are the
+    critic's before its update, `advantages` are whitened when `--normalize-advantages` is set. Only
+    where slime logs (tensor-parallel rank 0 of the last pipeline stage) it computes the spreads of
+    the whole rollout, adding its sums with the other data-parallel ranks' over the group slime
+    reduces its own log over, and stores each as a one-element list under `ppo/<name>`; slime then
+    logs it in the same call, at the same `rollout/step`, as `rollout/values`. `rollout_id` only
+    names the rollout in errors (slime's `log_rollout_data` derives the step from it itself).
+    """
+    if args.advantage_estimator != "ppo":
+        raise ValueError(
+            "add_ppo_spread_metrics (--rollout-data-postprocess-path) needs --advantage-estimator ppo, "
+            f"got {args.advantage_estimator!r}: without a critic there are no values"
+        )
+    from megatron.core import mpu
+
+    if not (mpu.get_tensor_model_parallel_rank() == 0 and mpu.is_pipeline_last_stage()):
+        return
+    if mpu.get_context_parallel_world_size() != 1:
+        raise ValueError(
+            "add_ppo_spread_metrics: --context-parallel-size must be 1 (each rank would hold slices of "
+            f"every sample's tokens), got {mpu.get_context_parallel_world_size()}"
+        )
+    missing = [key for key in _PPO_ROLLOUT_DATA_KEYS if key not in rollout_data]
+    if missing:
+        raise ValueError(
+            f"add_ppo_spread_metrics: rollout {rollout_id}: rollout_data lacks {', '.join(missing)}"
+        )
+    group = mpu.get_data_parallel_group_gloo(with_context_parallel=True)  # gather_log_data's group
+    spreads = ppo_spreads(
+        *(rollout_data[key] for key in _PPO_ROLLOUT_DATA_KEYS), sum_across=lambda sums: _sum_over(sums, group)
+    )
+    for name, value in spreads.items():
+        rollout_data[name.removeprefix(_ROLLOUT_DATA_PREFIX)] = [value]
+
+
+def _sum_over(sums: Any, group: Any) -> Any:
+    import torch.distributed as dist
+
+    dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
+    return sums
+
+
 __all__ = [
     "DRIVER_WRITES_METRICS_ATTR",
     "METRICS_FILE",
+    "add_ppo_spread_metrics",
     "enrich_rollout_metrics",
     "record_generated_rollout_groups",
     "reset_process_state",

@@ -10,18 +10,19 @@ Per sample (every segment of a trajectory is a sample, as in slime), over all re
   Bessel-corrected variance and `eps = 1e-8` (slime's `distributed_masked_whiten`, one rank).
 
 `rollout_statistics` gives slime's `rollout/values|returns|advantages` (its `log_rollout_data`
-reducer) and our spreads and explained variance (metrics/names.py, "PPO").
+reducer) and our spreads and explained variance (`metrics.ppo_spread.ppo_spreads`, shared with the
+slime hook).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 
 from shopsimrl.local.grpo import sum_of_sample_mean
 from shopsimrl.metrics import names as m
+from shopsimrl.metrics.ppo_spread import ppo_spreads
 
 WHITEN_EPSILON = 1e-8
 
@@ -70,24 +71,11 @@ def rollout_statistics(
     mask_sums: Sequence[float],
     num_rollouts: int,
 ) -> dict[str, float]:
-    """slime's three means (token mean per trajectory, averaged) and our pooled spreads (metrics/names.py)."""
+    """slime's three means (token mean per trajectory, averaged) and our pooled spreads (metrics/ppo_spread.py,
+    the same function the slime hook calls)."""
     out = {
         m.ROLLOUT_VALUES.name: float(sum_of_sample_mean(values, loss_masks, mask_sums, num_rollouts)),
         m.ROLLOUT_RETURNS.name: float(sum_of_sample_mean(returns, loss_masks, mask_sums, num_rollouts)),
         m.ROLLOUT_ADVANTAGES.name: float(sum_of_sample_mean(advantages, loss_masks, mask_sums, num_rollouts)),
     }
-    keep = torch.cat(list(loss_masks)).bool()
-    if not bool(keep.any()):
-        return out  # no trained token: no spread to report
-    v, r, a = (torch.cat(list(x))[keep].double() for x in (values, returns, advantages))
-    out[m.PPO_VALUES_STD.name] = _population_std(v)
-    out[m.PPO_RETURNS_STD.name] = _population_std(r)
-    out[m.PPO_ADVANTAGES_STD.name] = _population_std(a)
-    var_returns = float(r.var(unbiased=False))
-    if var_returns > 0:
-        out[m.PPO_EXPLAINED_VARIANCE.name] = 1.0 - float((r - v).var(unbiased=False)) / var_returns
-    return out
-
-
-def _population_std(x: torch.Tensor) -> float:
-    return math.sqrt(float(x.var(unbiased=False)))
+    return out | ppo_spreads(values, returns, advantages, loss_masks)

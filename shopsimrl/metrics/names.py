@@ -423,7 +423,9 @@ TRAIN_CRITIC_GLOBAL_BATCH_SIZE = _declare(
 )
 # Ours: slime logs no spread of values, returns or advantages and no explained variance. Pooled over the
 # loss-masked response tokens of the rollout's trained samples (every token counts once), as verl's
-# `compute_data_metrics`; absent when the returns have no variance (explained variance is undefined).
+# `compute_data_metrics`; one function for both backends (metrics/ppo_spread.py; on slime the
+# rollout-data hook, reduced exactly over the data-parallel ranks). Explained variance is absent while
+# the returns' std is at most 1e-3: below that the returns differ only by slime's float32 GAE rounding.
 PPO_PREFIX = "rollout/ppo/"
 PPO_VALUES_STD = _declare(
     PPO_PREFIX + "values_std", "return", "loss-masked tokens", _D.INFORMATIONAL,

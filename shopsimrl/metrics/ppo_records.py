@@ -5,7 +5,8 @@ A PPO run (`advantage_estimator: ppo`) logs, per rollout step, one row with slim
 per critic optimizer step and one `train/*` row per actor optimizer step (critic-only rollouts have
 none). `ppo_record_problems` names every required key that is missing or not a finite number, so a
 run whose records lack one fails its smoke and its tests. Explained variance is not required: it is
-undefined (absent) when every trained token has the same return, e.g. when every reward is equal.
+undefined (absent) when every trained token has the same return up to float32 rounding (returns' std
+<= 1e-3, metrics/ppo_spread.py), e.g. when every reward is equal.
 """
 
 from __future__ import annotations

@@ -107,6 +107,7 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             ("--num-critic-only-steps", "first rollouts that train the critic only"),
             ("--megatron-config-path", "per-role Megatron overrides: the critic's learning rate; under SAVE_DIR "
                                        "also its load and save (<run_dir>/megatron_roles.yaml)"),
+            ("--rollout-data-postprocess-path", "PPO: rollout/ppo/* spreads into slime's rollout/values row"),
             ("--use-dynamic-batch-size", "pack micro-batches by tokens"),
             ("--max-tokens-per-gpu", "token budget of one micro-batch"),
             # W&B (settings come from the environment; see the launcher)

@@ -28,6 +28,8 @@ CONTRACTS = {
     "shopsimrl.slime_metrics.record_generated_rollout_groups": (("args", "all_groups", "data_source"), False, False),
     "shopsimrl.slime_metrics.enrich_rollout_metrics": (
         ("rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"), False, False),
+    # --rollout-data-postprocess-path (ppo): slime's call `(self.args, rollout_id, rollout_data)`, actor.py:500
+    "shopsimrl.slime_metrics.add_ppo_spread_metrics": (("args", "rollout_id", "rollout_data"), False, False),
     "shopsimrl.rollout.filters.dynamic_sampling_filter": (("args", "samples"), False, True),
     "shopsimrl.rollout.advantages.reward_post_process": (("args", "samples"), False, False),
 }

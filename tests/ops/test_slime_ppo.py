@@ -8,17 +8,20 @@ names imported. Every parser entry checked here is slime's own."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import types
 from collections.abc import Iterator
 
 import pytest
 from ops_helpers import ROOT, dry_run, value_of
-from slime_source import requires_slime
+from slime_source import SLIME_SRC, requires_slime
 
 from shopsimrl.ops.slime_flags import FLAGS, FlagSource, unlisted_flags
 
-PPO_FLAGS = ("--gamma", "--lambd", "--value-clip", "--num-critic-only-steps", "--megatron-config-path")
+PPO_FLAGS = ("--gamma", "--lambd", "--value-clip", "--num-critic-only-steps", "--megatron-config-path",
+             "--rollout-data-postprocess-path")
+SPREAD_HOOK = "shopsimrl.slime_metrics.add_ppo_spread_metrics"
 
 
 @pytest.fixture
@@ -53,6 +56,7 @@ def test_ppo_profile_passes_slimes_critic_flags_and_grpo_does_not() -> None:
     assert value_of(argv, "--advantage-estimator") == "ppo"
     assert [value_of(argv, f) for f in PPO_FLAGS[:4]] == ["1.0", "1.0", "0.2", "0"]
     assert value_of(argv, "--megatron-config-path") == str(ROOT / "configs/slime/ppo_roles.yaml")
+    assert value_of(argv, "--rollout-data-postprocess-path") == SPREAD_HOOK
     assert value_of(argv, "--num-steps-per-rollout") == "2"  # two optimizer steps each, actor and critic
     assert unlisted_flags(argv) == []
     grpo = dry_run("configs/slime/smoke.env").submit
@@ -107,3 +111,20 @@ def test_slime_has_no_critic_checkpoint_flag(slime_arguments: types.ModuleType) 
     slime_arguments.get_slime_extra_args_provider()(parser)
     _args, unknown = parser.parse_known_args(["--rollout-batch-size", "1", "--critic-load", "/a", "--critic-save", "/b"])
     assert unknown == ["--critic-load", "/a", "--critic-save", "/b"]
+
+
+@requires_slime
+def test_slime_loads_our_rollout_data_hook_with_its_call_sites_arguments(slime_arguments: types.ModuleType) -> None:
+    from slime.utils.misc import load_function
+
+    from shopsimrl.slime_metrics import add_ppo_spread_metrics
+
+    parser = argparse.ArgumentParser(allow_abbrev=False, conflict_handler="resolve")
+    slime_arguments.get_slime_extra_args_provider()(parser)
+    args, _ = parser.parse_known_args(_slime_only(dry_run("configs/slime/smoke-ppo.env").submit))
+    hook = load_function(args.rollout_data_postprocess_path)  # as MegatronTrainRayActor.init loads it
+    assert hook is add_ppo_spread_metrics
+    # slime's one call site (actor.py, train_actor), as slime's own plugin-contract test pins it
+    call = "self.rollout_data_postprocess(self.args, rollout_id, rollout_data)"
+    assert call in (SLIME_SRC / "slime/backends/megatron_utils/actor.py").read_text()
+    assert tuple(inspect.signature(hook).parameters) == ("args", "rollout_id", "rollout_data")
