@@ -28,14 +28,20 @@ WANDB_PROJECT ?= $(call dotenv,WANDB_PROJECT)
 WANDB_ENTITY ?= $(call dotenv,WANDB_ENTITY)
 ROUND_WANDB = $(foreach v,USE_WANDB WANDB_MODE WANDB_PROJECT WANDB_ENTITY,$(if $($(v)),$(v)=$($(v)) ))
 CANARY_TASKS ?= 10
-# The smoke's advantage estimator: grpo, or ppo (a critic and GAE: configs/local/smoke_ppo.yaml,
-# configs/slime/smoke-ppo.env; docs/local_backend.md "PPO").
-ALGO ?= grpo
+# The advantage estimator: grpo, or ppo (a critic and GAE: docs/local_backend.md "PPO"). Command line >
+# environment > .env > grpo. The smoke picks its PPO profile (configs/local/smoke_ppo.yaml,
+# configs/slime/smoke-ppo.env); train/round/rounds pass it on: to the containers as ALGO (the launcher's
+# ALGO wins over the profile's ADVANTAGE_ESTIMATOR), to the CPU backend as driver.advantage_estimator.
+ALGO ?= $(or $(call dotenv,ALGO),grpo)
 ifeq ($(filter $(ALGO),grpo ppo),)
 $(error ALGO must be grpo or ppo, got '$(ALGO)')
 endif
 # configs/slime/smoke-2gpu.env on 80 GB cards (docs/operations.md).
 SMOKE_CONFIG ?= $(if $(filter ppo,$(ALGO)),configs/slime/smoke-ppo.env,configs/slime/smoke.env)
+# Passed to compose only when given (make's default must not override a profile's own estimator).
+ALGO_ENV = $(if $(or $(filter-out file,$(origin ALGO)),$(call dotenv,ALGO)), ALGO=$(ALGO))
+# The CPU backend's train config and round configs get the estimator as a --set (GRPO: nothing added).
+LOCAL_ALGO = $(if $(filter ppo,$(ALGO)), --set $(1)advantage_estimator=ppo)
 LOCAL_SMOKE_CONFIG := $(if $(filter ppo,$(ALGO)),configs/local/smoke_ppo.yaml,configs/local/smoke.yaml)
 # W&B credentials for the containers: the host's netrc (`wandb login`) when there is one.
 WANDB_NETRC ?= $(or $(wildcard $(HOME)/.netrc),/dev/null)
@@ -47,7 +53,7 @@ HOST_UID ?= $(shell id -u)
 HOST_GID ?= $(shell id -g)
 # Passed visibly to compose.yaml: who owns the outputs on the host, the round, the credential file,
 # the GPU counts when make has them (compose reads .env's itself).
-COMPOSE_ENV := HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)$(if $(NUM_GPUS), NUM_GPUS=$(NUM_GPUS))$(if $(SMOKE_NUM_GPUS), SMOKE_NUM_GPUS=$(SMOKE_NUM_GPUS))
+COMPOSE_ENV := HOST_UID=$(HOST_UID) HOST_GID=$(HOST_GID) WANDB_GROUP=$(WANDB_GROUP) WANDB_NETRC=$(WANDB_NETRC) SMOKE_CONFIG=$(SMOKE_CONFIG)$(ALGO_ENV)$(if $(NUM_GPUS), NUM_GPUS=$(NUM_GPUS))$(if $(SMOKE_NUM_GPUS), SMOKE_NUM_GPUS=$(SMOKE_NUM_GPUS))
 # Image pins for ${...} in compose.yaml come from docker/versions.env; host settings from .env.
 # STANDIN=1: the STAND-IN base images of a machine without a GPU or an image registry (`make engine`
 # builds them and writes docker/versions.local.env); compose.standin.yaml puts every service and
@@ -66,7 +72,7 @@ endif
 COMPOSE_FILES = -f compose.yaml$(if $(filter 1,$(STANDIN)), -f compose.standin.yaml)$(if $(filter 1,$(CPU)), -f compose.cpu.yaml)
 COMPOSE ?= $(COMPOSE_ENV) docker compose $(COMPOSE_FILES) --env-file $(IMAGE_PINS) $(if $(wildcard .env),--env-file .env)
 # The round's stages on the CPU services: the same round config, its stages in containers.
-CPU_ROUND := $(if $(filter 1,$(CPU)), --set round.backend=docker --set round.trainer=local)
+CPU_ROUND := $(if $(filter 1,$(CPU)), --set round.backend=docker --set round.trainer=local$(call LOCAL_ALGO,train.driver.))
 # `make demo` is the CPU backend in .venv unless RUNNER=docker is given on the command line: then the
 # same demo round runs its stages in the CPU services (the containerized demo).
 DEMO_DOCKER := $(and $(filter command line,$(origin RUNNER)),$(filter docker,$(RUNNER)))
@@ -134,8 +140,8 @@ convert: ## HF -> Megatron torch_dist for --ref-load, once per model (slime's co
 train-smoke: ## Minimal round: 1 group x 4 samples, 1 optimizer step (ALGO=ppo: 2 each, critic and actor), no save [docker: slime|local: CPU]
 	$(call by_runner,train-smoke,training smoke --config $(LOCAL_SMOKE_CONFIG))
 
-train: ## A formal training round [docker: slime|local: CPU]
-	$(call by_runner,train,training run --config configs/local/train.yaml)
+train: ## A formal training round (ALGO=ppo: with a critic) [docker: slime|local: CPU]
+	$(call by_runner,train,training run --config configs/local/train.yaml$(call LOCAL_ALGO,driver.))
 
 analyze: ## Failure Analyst of the round: failure cards, trials, candidate pool, W&B once [docker|local]
 	$(call by_runner,analyze,training analyze $(ANALYZE_CONFIG) --wandb)
@@ -149,10 +155,10 @@ eval: ## Evaluate a checkpoint on held-out tasks: success/reward with CIs -> run
 # One round runner on both backends (shopsimrl/round/): on the host it writes round_state.json, the
 # next round's config and the report; RUNNER=docker starts the compose services train/analyze/gate.
 round: setup ## A whole round: train -> analyze -> gate -> next round's inputs and report [docker: 3 services|local: CPU]
-	$(ROUND_WANDB)$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND)) $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training round $(ROUND_CONFIG)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND),$(call LOCAL_ALGO,train.driver.)) $(ROUND_ARGS)
 
 rounds: setup ## COUNT rounds (2) unattended, each from the last one's checkpoint and selected skillbank; resumable [docker|local]
-	$(ROUND_WANDB)$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND)) $(ROUND_ARGS)
+	$(ROUND_WANDB)$(SHOPSIMRL) training rounds $(ROUND_CONFIG) --count $(COUNT)$(if $(filter docker,$(RUNNER)), --compose "$(COMPOSE)"$(CPU_ROUND),$(call LOCAL_ALGO,train.driver.)) $(ROUND_ARGS)
 
 wandb-sync: ## Upload offline W&B runs; success = the .synced marker [docker: tools image|local]
 	$(call by_runner,wandb-sync,wandb sync $(WANDB_DIR))

@@ -22,6 +22,7 @@ loss (`sum_of_sample_mean`), and the fraction of tokens with `|v - old| > clip`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -29,6 +30,9 @@ from shopsimrl.local.grpo import sum_of_sample_mean
 from shopsimrl.metrics import names as m
 
 HEAD_WIDTH = 64  # hidden units of the value head's MLP
+# The critic's weights inside a saved checkpoint directory (beside model.safetensors): what the next
+# round's PPO starts from, as slime's critic loads its own save (docs/local_backend.md, "PPO").
+CRITIC_FILE = "critic.safetensors"
 INIT_STD = 0.02  # slime's `_reinitialize_critic_output_layer`: normal(0, init_method_std=0.02), bias 0
 
 
@@ -48,6 +52,25 @@ class ValueHead(torch.nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """`[positions, hidden_size]` -> `[positions]`."""
         return self.out(torch.tanh(self.hidden(features))).squeeze(-1)
+
+
+def load_critic_from(checkpoint: Path, critic: ValueHead) -> Path | None:
+    """Load `checkpoint`'s saved critic into `critic`; None (left as initialised) when it holds none.
+
+    The checkpoint directory was verified against its hash when the policy was loaded from it.
+    """
+    from safetensors.torch import load_file
+
+    from shopsimrl.models.checkpoint import CheckpointError
+
+    path = Path(checkpoint) / CRITIC_FILE
+    if not path.is_file():
+        return None
+    try:
+        critic.load_state_dict(load_file(path))
+    except RuntimeError as exc:  # another hidden size or head width than this run's value head
+        raise CheckpointError(f"{path}: not a critic for this model ({str(exc).splitlines()[0]})") from None
+    return path
 
 
 def value_loss(

@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -38,7 +39,7 @@ import torch
 from shopsimrl.config.options import options_from_args
 from shopsimrl.contract import Sample, call_dynamic_filter, trajectory_key
 from shopsimrl.local.config import RunConfig
-from shopsimrl.local.critic import ValueHead
+from shopsimrl.local.critic import ValueHead, load_critic_from
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.ppo import PpoConfig, PpoTrainer
@@ -381,7 +382,10 @@ class LocalDriver:
 def _ppo_trainer(config: RunConfig, model: Any, actor: GrpoTrainer) -> PpoTrainer:
     """The critic (a value head on the policy's final hidden states, local/critic.py) and its optimizer."""
     driver, critic_config = config.driver, config.critic_config
-    critic = ValueHead(int(model.config.hidden_size), seed=critic_config.seed).to(next(model.parameters()).device)
+    critic = ValueHead(int(model.config.hidden_size), seed=critic_config.seed)
+    # The previous round's critic when the run starts from a checkpoint that saved one; else fresh.
+    start = None if config.model.checkpoint is None else load_critic_from(Path(config.model.checkpoint), critic)
+    critic = critic.to(next(model.parameters()).device)
     optimizer = torch.optim.AdamW(
         critic.parameters(),
         lr=critic_config.lr,
@@ -396,7 +400,7 @@ def _ppo_trainer(config: RunConfig, model: Any, actor: GrpoTrainer) -> PpoTraine
         num_critic_only_steps=driver.num_critic_only_steps,
         critic_clip_grad=critic_config.clip_grad,
     )
-    return PpoTrainer(actor, critic, optimizer, ppo)
+    return PpoTrainer(actor, critic, optimizer, ppo, critic_start=start)
 
 
 def train_items(samples: Sequence[Any], rewards: Sequence[float]) -> list[TrainItem]:

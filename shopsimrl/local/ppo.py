@@ -22,6 +22,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -65,12 +66,18 @@ class PpoTrainer:
     """The critic's and the actor's optimizer steps of one rollout at a time."""
 
     def __init__(
-        self, actor: GrpoTrainer, critic: ValueHead, critic_optimizer: torch.optim.Optimizer, config: PpoConfig
+        self,
+        actor: GrpoTrainer,
+        critic: ValueHead,
+        critic_optimizer: torch.optim.Optimizer,
+        config: PpoConfig,
+        critic_start: Path | None = None,
     ):
         self.actor = actor
         self.critic = critic
         self.critic_optimizer = critic_optimizer
         self.config = config
+        self.critic_start = critic_start  # the saved critic it started from; None: freshly initialised
 
     def train_rollout(self, items: Sequence[TrainItem], rollout_id: int, global_batch_size: int) -> PpoRolloutResult:
         cfg = self.config

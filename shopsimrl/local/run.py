@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from shopsimrl.local.config import ComputeDtype, ModelName, RunConfig
+from shopsimrl.local.critic import CRITIC_FILE
 from shopsimrl.local.driver import LocalDriver, RolloutReport, base_sampling_params, build_args
 from shopsimrl.local.startup import check_startup
 from shopsimrl.local.trunk import FrozenTrunk
@@ -230,10 +231,20 @@ def run_training(
                 on_event=on_event,
                 trunk=trunk,
             )
-            result.reports = driver.run(save=lambda rollout_id: result.checkpoints.append(
-                save_checkpoint(model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),
-                                rollout_id=rollout_id)
-            ))
+            ppo = driver.ppo
+            if ppo is not None:
+                start = f"from {ppo.critic_start}" if ppo.critic_start else "fresh (no saved critic at the start)"
+                echo(f"critic: {start}")
+
+            def save(rollout_id: int) -> None:
+                # PPO: the critic goes inside the checkpoint (critic.safetensors): the next round starts from it.
+                extra = {CRITIC_FILE: ppo.critic.state_dict()} if ppo is not None else None
+                result.checkpoints.append(save_checkpoint(
+                    model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),
+                    rollout_id=rollout_id, extra_tensors=extra,
+                ))  # fmt: skip
+
+            result.reports = driver.run(save=save)
             result.wandb_run_file = logger.wandb_run_file
             result.run_id = run_id()
     result.elapsed_seconds = time.perf_counter() - started

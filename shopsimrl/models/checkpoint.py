@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,15 +80,30 @@ def directory_sha256(directory: str | os.PathLike[str]) -> str:
 
 
 def save_checkpoint(
-    model: Any, tokenizer: Any, directory: str | os.PathLike[str], *, rollout_id: int | None = None
+    model: Any,
+    tokenizer: Any,
+    directory: str | os.PathLike[str],
+    *,
+    rollout_id: int | None = None,
+    extra_tensors: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CheckpointInfo:
-    """Write `model` and `tokenizer` in HF format to `directory` atomically; refuses to overwrite one."""
+    """Write `model` and `tokenizer` in HF format to `directory` atomically; refuses to overwrite one.
+
+    `extra_tensors` maps a file name to a state dict saved beside the model as safetensors (the PPO
+    critic's `critic.safetensors`), inside the same atomic write and covered by the same hash;
+    `from_pretrained` ignores such files.
+    """
     final = Path(directory)
     if final.exists():
         raise CheckpointError(f"{final}: a checkpoint is already there; refusing to overwrite it")
     with atomic_directory(final) as partial:  # fsynced and renamed into place only when whole
         model.save_pretrained(partial, safe_serialization=True)
         tokenizer.save_pretrained(partial)
+        if extra_tensors:
+            from safetensors.torch import save_file
+
+            for name, tensors in extra_tensors.items():
+                save_file({key: value.detach().contiguous().cpu() for key, value in tensors.items()}, partial / name)
         files = {p.relative_to(partial).as_posix(): p.stat().st_size for p in _payload_files(partial)}
         sha = directory_sha256(partial)
         atomic_write_json(

@@ -57,7 +57,7 @@ def container_env(service: str, host_env: dict[str, str]) -> dict[str, str]:
 def test_the_round_runners_variables_reach_the_train_container():
     host = {"WANDB_GROUP": GROUP, "START_LOAD": "checkpoints/qwen35-4b-round-000", "ROLLOUT_SEED": "1001",
             "SHOPSIM_CONFIG": f"runs/{GROUP}/shopsim_config.yaml", "USE_WANDB": "1", "WANDB_MODE": "online",
-            "WANDB_PROJECT": "p", "NUM_GPUS": "4", "SMOKE_NUM_GPUS": "2"}
+            "WANDB_PROJECT": "p", "NUM_GPUS": "4", "SMOKE_NUM_GPUS": "2", "ALGO": "ppo"}
     env = container_env("train", host)
     assert {key: env[key] for key in host} == host
     assert env["WANDB_DIR"] == "/workspace/wandb"  # the host's WANDB_DIR never reaches the container
@@ -65,15 +65,17 @@ def test_the_round_runners_variables_reach_the_train_container():
     bare = container_env("train", {})
     assert {key: bare[key] for key in host} == {
         "WANDB_GROUP": "qwen35-4b-round-000", "START_LOAD": "", "ROLLOUT_SEED": "", "SHOPSIM_CONFIG": "",
-        "USE_WANDB": "0", "WANDB_MODE": "offline", "WANDB_PROJECT": "shopsimrl", "NUM_GPUS": "", "SMOKE_NUM_GPUS": ""}
+        "USE_WANDB": "0", "WANDB_MODE": "offline", "WANDB_PROJECT": "shopsimrl", "NUM_GPUS": "", "SMOKE_NUM_GPUS": "",
+        "ALGO": ""}  # empty: the launcher's profile ADVANTAGE_ESTIMATOR
 
 
 @pytest.mark.parametrize("service", ["train", "train-smoke", "convert", "preflight", "canary", "analyze", "gate",
                                      "eval", "wandb-sync", "report"])
-def test_every_service_gets_the_round_the_w_and_b_switch_and_the_gpu_counts(service):
-    env = container_env(service, {"WANDB_GROUP": GROUP, "USE_WANDB": "1", "NUM_GPUS": "4", "SMOKE_NUM_GPUS": "2"})
+def test_every_service_gets_the_round_the_w_and_b_switch_the_gpu_counts_and_the_estimator(service):
+    env = container_env(service, {"WANDB_GROUP": GROUP, "USE_WANDB": "1", "NUM_GPUS": "4", "SMOKE_NUM_GPUS": "2",
+                                  "ALGO": "ppo"})
     assert (env["WANDB_GROUP"], env["USE_WANDB"], env["WANDB_MODE"]) == (GROUP, "1", "offline")
-    assert (env["NUM_GPUS"], env["SMOKE_NUM_GPUS"]) == ("4", "2")
+    assert (env["NUM_GPUS"], env["SMOKE_NUM_GPUS"], env["ALGO"]) == ("4", "2", "ppo")
 
 
 @pytest.mark.parametrize("service", ["train", "train-smoke", "convert", "preflight", "canary", "analyze", "gate",

@@ -11,7 +11,7 @@ from ops_helpers import ROOT
 _ENV = {k: v for k, v in os.environ.items()
         if k not in ("RUNNER", "WANDB_DIR", "WANDB_GROUP", "MAKEFLAGS", "WANDB_NETRC", "SMOKE_CONFIG", "NUM_GPUS",
                      "SMOKE_NUM_GPUS", "ANALYZE_CONFIG", "GATE_CONFIG", "EVAL_CONFIG", "USE_WANDB", "WANDB_MODE",
-                     "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP")}
+                     "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP", "ALGO")}
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
@@ -141,6 +141,35 @@ def test_gpu_counts_from_make_reach_compose():
     assert "NUM_GPUS" not in _compose_env("train-smoke") and "SMOKE_NUM_GPUS" not in _compose_env("train-smoke")
     # From the environment too (make exports it to the compose call either way).
     assert _compose_env("train-smoke", env={**_ENV, "SMOKE_NUM_GPUS": "2"})["SMOKE_NUM_GPUS"] == "2"
+
+
+def test_the_estimator_reaches_compose_only_when_given_and_the_cpu_backend_as_a_set():
+    """`make train ALGO=ppo`: to the containers as ALGO (the launcher's ALGO wins over the profile's
+    ADVANTAGE_ESTIMATOR); unset, nothing (make's default must not override a profile's own estimator);
+    from the environment or .env too. The CPU backend gets driver.advantage_estimator as a --set."""
+    assert "ALGO" not in _compose_env("train") and "ALGO=" not in _last_line("rounds", "RUNNER=docker")
+    assert '--compose "HOST_UID=' in _last_line("rounds", "RUNNER=docker", "ALGO=ppo")  # each stage's compose call
+    assert " ALGO=ppo " in _last_line("rounds", "RUNNER=docker", "ALGO=ppo")
+    assert _compose_env("train", "ALGO=ppo")["ALGO"] == "ppo"
+    assert _compose_env("train", "ALGO=grpo")["ALGO"] == "grpo"  # said explicitly: passed
+    assert _compose_env("train", env={**_ENV, "ALGO": "ppo"})["ALGO"] == "ppo"
+    env_file = ROOT / ".env"
+    assert not env_file.exists(), "a developer .env would change this test"
+    env_file.write_text("ALGO=ppo\n")
+    try:
+        assert _compose_env("train")["ALGO"] == "ppo"
+        assert _compose_env("train-smoke")["SMOKE_CONFIG"] == "configs/slime/smoke-ppo.env"
+    finally:
+        env_file.unlink()
+    assert _last_line("train", "RUNNER=local", "ALGO=ppo").endswith(
+        "training run --config configs/local/train.yaml --set driver.advantage_estimator=ppo")
+    assert _last_line("train", "RUNNER=local").endswith("training run --config configs/local/train.yaml")
+    for target in ("round", "rounds"):
+        assert "--set train.driver.advantage_estimator=ppo" in _last_line(target, "RUNNER=local", "ALGO=ppo")
+        assert "advantage_estimator" not in _last_line(target, "RUNNER=local")
+        # a CPU round in containers: the train stage is the CPU backend's, so it gets the --set too
+        cpu = _last_line(target, "RUNNER=docker", "CPU=1", "ALGO=ppo")
+        assert "--set round.trainer=local --set train.driver.advantage_estimator=ppo" in cpu
 
 
 def test_docker_stage_configs_are_the_services_own_unless_given():
