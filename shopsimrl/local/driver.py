@@ -15,7 +15,8 @@ Per rollout (docs/local_backend.md, "The rollout loop"), in the order of slime v
    with `advantage_estimator: ppo` (local/ppo.py) the post-process returns the raw rewards, and the
    PPO trainer logs a `rollout/values|returns|advantages` row with `rollout/step`, then the critic's
    `train/critic-*` rows and the actor's `train/*` rows;
-6. one `perf/*` row of the training timers with `rollout/step`.
+6. one `perf/*` row of the training timers, time per optimizer step and micro-batch, and the
+   process's memory with `rollout/step`; after a save, a `perf/checkpoint_bytes` row (run.py).
 
 Every hook is resolved by the dotted path slime would be given and called with slime's signature
 and an `args` namespace that carries slime's argument names, the `shopsim` plugin section, and the
@@ -45,6 +46,7 @@ from shopsimrl.local.hooks import Hooks, resolve_hooks
 from shopsimrl.local.ppo import PpoConfig, PpoTrainer
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
+from shopsimrl.metrics.resources import memory_metrics
 from shopsimrl.metrics.slime_native import perf_metrics, sample_metrics, train_side_rollout_metrics
 from shopsimrl.models.checkpoint import should_save
 from shopsimrl.rollout.agent import INJECT_CATALOG_ATTR, INJECT_GENERATOR_ATTR, INJECT_TOKENIZER_ATTR
@@ -337,6 +339,8 @@ class LocalDriver:
             self.on_event("train_step", {"rollout_id": rollout_id, "row": step_row})
         perf_row = dict(train_perf)
         perf_row[m.PERF_STEP_TIME.name] = time.perf_counter() - step_start
+        # Read after the update: the peaks cover this rollout's training (metrics/resources.py).
+        perf_row.update(memory_metrics(next(self.trainer.model.parameters()).device))
         perf_row[m.ROLLOUT_STEP.name] = rollout_id
         self.sink.log(perf_row)
         return RolloutReport(

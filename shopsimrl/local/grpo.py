@@ -32,6 +32,7 @@ import torch
 from shopsimrl.local.config import KlLossType
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
+from shopsimrl.metrics.resources import StepTimes
 from shopsimrl.rollout.generators.precision import compute_precision
 
 
@@ -544,13 +545,14 @@ class GrpoTrainer:
             ref = self.score_all(self.ref_model, items, scheduled, None)
             ref_time = time.perf_counter() - ref_start
         train_start = time.perf_counter()
-        result.step_metrics = self.optimizer_steps(items, schedule, old, ref, rollout_id)
+        result.step_metrics, times = self.optimizer_steps(items, schedule, old, ref, rollout_id)
         train_time = time.perf_counter() - train_start
         total_tokens = sum(len(items[i].tokens) for i in scheduled)
         result.perf_metrics = {
             m.PERF_ACTOR_TRAIN_TIME.name: train_time,
             m.PERF_ACTOR_TRAIN_TOK_PER_S.name: total_tokens / train_time if train_time > 0 else 0.0,
             m.PERF_TRAIN_TIME.name: time.perf_counter() - start,
+            **times.perf_metrics(),
         }
         if not reuse_old:  # no old-log-prob pass ran: the key is absent, never a made-up 0
             result.perf_metrics[m.PERF_LOG_PROBS_TIME.name] = log_probs_time
@@ -565,14 +567,17 @@ class GrpoTrainer:
         old: dict[int, torch.Tensor],
         ref: dict[int, torch.Tensor] | None,
         rollout_id: int,
-    ) -> list[dict[str, float]]:
+    ) -> tuple[list[dict[str, float]], StepTimes]:
         """One optimizer step per entry of `schedule`; `old` (and `ref`) log-probs by item index, where
-        given (an index without one takes the step's own detached log-probs). One `train/*` dict a step."""
+        given (an index without one takes the step's own detached log-probs). One `train/*` dict a step,
+        and the steps' and micro-batches' wall times (kept out of the rows: `train/*` is deterministic)."""
         mask_sums = rollout_mask_sums(items)
-        return [
-            self._optimizer_step(items, step, old, ref, mask_sums, rollout_id * len(schedule) + step_id)
-            for step_id, step in enumerate(schedule)
-        ]
+        rows, times = [], StepTimes()
+        for step_id, step in enumerate(schedule):
+            row, step_times = self._optimizer_step(items, step, old, ref, mask_sums, rollout_id * len(schedule) + step_id)
+            rows.append(row)
+            times.extend(step_times)
+        return rows, times
 
     def _optimizer_step(
         self,
@@ -582,14 +587,17 @@ class GrpoTrainer:
         ref: dict[int, torch.Tensor] | None,
         mask_sums: list[float],
         train_step: int,
-    ) -> dict[str, float]:
+    ) -> tuple[dict[str, float], StepTimes]:
         cfg = self.config
+        step_start = time.perf_counter()
+        micro_batch_times: list[float] = []
         device = next(self.model.parameters()).device
         num_rollouts = len({items[i].rollout_key for i in step})
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         batches = micro_batches(items, step, cfg.max_tokens_per_microbatch)
         for done, batch in enumerate(batches, start=1):
+            micro_batch_start = time.perf_counter()
             scored = score_responses(
                 self.model,
                 items,
@@ -625,19 +633,21 @@ class GrpoTrainer:
             )
             loss, metrics = policy_loss(inputs, cfg)
             loss.backward()
+            micro_batch_times.append(time.perf_counter() - micro_batch_start)
             # Each micro-batch already carries the step's global denominators, so sums add up exactly.
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             self.on_micro_batch(done, len(batches))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
         self.optimizer.step()
+        times = StepTimes(steps=[time.perf_counter() - step_start], micro_batches=micro_batch_times)
         logged = dict(totals)
         logged[m.TRAIN_GRAD_NORM.name] = float(grad_norm)
         # slime logs `train/lr-pg_<i>` per parameter group; the local optimizer has exactly one.
         logged[m.TRAIN_LR_PG0.name] = float(self.optimizer.param_groups[0]["lr"])
         logged[m.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
         logged[m.TRAIN_STEP.name] = train_step
-        return logged
+        return logged, times
 
 
 def _advantage(value: float | Sequence[float], device: torch.device) -> float | torch.Tensor:

@@ -37,6 +37,7 @@ from shopsimrl.local.grpo import (
     score_responses,
 )
 from shopsimrl.metrics import names as m
+from shopsimrl.metrics.resources import StepTimes
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class PpoTrainer:
                                   rollout_id * len(schedule) + step_id)  # fmt: skip
             )
         actor_time = 0.0
+        times = StepTimes()
         if rollout_id >= cfg.num_critic_only_steps:
             ppo_items = list(items)
             for i in scheduled:
@@ -121,7 +123,7 @@ class PpoTrainer:
             if self.actor.config.use_kl_loss:
                 ref = self.actor.score_all(self.actor.ref_model, ppo_items, scheduled, None)
             actor_start = time.perf_counter()
-            result.step_metrics = self.actor.optimizer_steps(ppo_items, schedule, old, ref, rollout_id)
+            result.step_metrics, times = self.actor.optimizer_steps(ppo_items, schedule, old, ref, rollout_id)
             actor_time = time.perf_counter() - actor_start
         total_tokens = sum(len(items[i].tokens) for i in scheduled)
         # slime's critic runs in its own process and logs no timer; its steps count in perf/train_time.
@@ -132,6 +134,7 @@ class PpoTrainer:
         if result.step_metrics:  # the actor trained: its timers, never a made-up 0 in critic-only rollouts
             result.perf_metrics[m.PERF_ACTOR_TRAIN_TIME.name] = actor_time
             result.perf_metrics[m.PERF_ACTOR_TRAIN_TOK_PER_S.name] = total_tokens / actor_time if actor_time > 0 else 0.0
+            result.perf_metrics.update(times.perf_metrics())
         return result
 
     def _old_log_probs_and_features(

@@ -26,6 +26,7 @@ from shopsimrl.local.warm_start import WarmStartResult, warm_start
 from shopsimrl.local.warm_start_cache import find_cached_warm_start, store_warm_start, warm_start_key
 from shopsimrl.metrics.alerts import AlertConfig
 from shopsimrl.metrics.live_alerts import LiveAlerts
+from shopsimrl.metrics.resources import checkpoint_metrics
 from shopsimrl.models.checkpoint import (
     WARM_START_DIR,
     CheckpointInfo,
@@ -239,10 +240,12 @@ def run_training(
             def save(rollout_id: int) -> None:
                 # PPO: the critic goes inside the checkpoint (critic.safetensors): the next round starts from it.
                 extra = {CRITIC_FILE: ppo.critic.state_dict()} if ppo is not None else None
-                result.checkpoints.append(save_checkpoint(
+                info = save_checkpoint(
                     model, tokenizer, config.checkpoint_dir / checkpoint_dir_name(rollout_id),
                     rollout_id=rollout_id, extra_tensors=extra,
-                ))  # fmt: skip
+                )  # fmt: skip
+                result.checkpoints.append(info)
+                logger.log(checkpoint_metrics(info, rollout_id))  # its own row, after the step's perf row
 
             result.reports = driver.run(save=save)
             result.wandb_run_file = logger.wandb_run_file

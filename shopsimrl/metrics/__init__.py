@@ -6,6 +6,7 @@
     slime_native.py  slime's own `rollout/*` and `perf/*` metrics, recomputed by the CPU backend
     ppo_records.py   the keys a PPO run must leave in its records, and the check of a run's rows
     ppo_spread.py    PPO value/return/advantage spreads and explained variance, one definition for both backends
+    resources.py     host and accelerator memory, checkpoint size and time per batch of a training process
     alerts.py, live_alerts.py, commands.py   alert rules on a run's metrics and `shopsimrl metrics`
 
 The slime hooks that log these (`shopsimrl.slime_metrics`) sit above records and rollout, so they

@@ -445,6 +445,44 @@ PPO_EXPLAINED_VARIANCE = _declare(
     "predicts the returns worse than their mean",
 )
 
+# ---- resources (docs/metrics.md, "Resources"): ours; slime v0.3.1 logs no memory, no checkpoint size and
+# no time per optimizer step (only per-rollout timers). Memory in GiB (2^30 bytes, as slime's
+# memory_utils prints it), read after the rollout's training, so a peak covers every step so far.
+PERF_HOST_PEAK_RSS_GIB = _declare(
+    "perf/host_peak_rss_gib", "GiB", "-", _D.LOWER_IS_BETTER,
+    "peak resident set of the training process since its start (getrusage ru_maxrss)",
+)
+PERF_HOST_RSS_GIB = _declare(
+    "perf/host_rss_gib", "GiB", "-", _D.LOWER_IS_BETTER,
+    "resident set of the training process at the end of the rollout step (/proc/self/statm)",
+)
+PERF_GPU_PEAK_ALLOCATED_GIB = _declare(
+    "perf/gpu_peak_allocated_gib", "GiB", "-", _D.LOWER_IS_BETTER,
+    "peak memory allocated by tensors on the training device since the process started "
+    "(torch.cuda.max_memory_allocated); absent on a CPU",
+)
+PERF_GPU_PEAK_RESERVED_GIB = _declare(
+    "perf/gpu_peak_reserved_gib", "GiB", "-", _D.LOWER_IS_BETTER,
+    "peak memory reserved by PyTorch's caching allocator on the training device since the process "
+    "started (torch.cuda.max_memory_reserved); absent on a CPU",
+)
+PERF_CHECKPOINT_BYTES = _declare(
+    "perf/checkpoint_bytes", "bytes", "-", _D.INFORMATIONAL,
+    "size of the checkpoint saved after this rollout: the sum of its manifest's file sizes",
+)
+PERF_ACTOR_STEP_TIME_MEAN = _declare(
+    "perf/actor_step_time_mean", "s", "actor optimizer steps of the rollout", _D.LOWER_IS_BETTER,
+    "mean wall time of one actor optimizer step: its micro-batches, gradient clip and optimizer step",
+)
+PERF_ACTOR_STEP_TIME_MAX = _declare(
+    "perf/actor_step_time_max", "s", "-", _D.LOWER_IS_BETTER,
+    "wall time of the rollout's slowest actor optimizer step",
+)
+PERF_ACTOR_MICRO_BATCH_TIME_MEAN = _declare(
+    "perf/actor_micro_batch_time_mean", "s", "actor micro-batches of the rollout", _D.LOWER_IS_BETTER,
+    "mean wall time of one actor micro-batch: forward, loss and backward",
+)
+
 # ---- analysis/* (docs/analyst.md, "Metrics"), read by `shopsimrl monitor check` -----------------
 ANALYSIS_ELIGIBLE_CARDS = _declare(
     "analysis/eligible_cards", "cards", "-", _D.INFORMATIONAL, "failure cards that yield a proposal"

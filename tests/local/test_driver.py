@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shopsimrl.errors import ModelServiceError
@@ -53,6 +55,12 @@ PERF_KEYS = {
     "perf/actor_train_tok_per_s",
     "perf/train_time",
     "perf/step_time",
+    # time per optimizer step and micro-batch, the process's memory (metrics/resources.py); no GPU on the CPU
+    "perf/actor_step_time_mean",
+    "perf/actor_step_time_max",
+    "perf/actor_micro_batch_time_mean",
+    "perf/host_peak_rss_gib",
+    *(["perf/host_rss_gib"] if Path("/proc/self/statm").exists() else []),
 }
 SHOPSIM_KEYS = {
     m.Q.name,

@@ -232,6 +232,9 @@ def test_trainer_steps_numbering_and_first_step_kl() -> None:
         "perf/actor_train_time",
         "perf/actor_train_tok_per_s",
         "perf/train_time",
+        "perf/actor_step_time_mean",
+        "perf/actor_step_time_max",
+        "perf/actor_micro_batch_time_mean",
     }
     assert not torch.equal(before, model.model.embed_tokens.weight)
 
