@@ -7,6 +7,8 @@
 #                   sourced after configs/slime/common.env. Smoke and formal runs differ only by it.
 # Run it from the launch directory (the container's /workspace, or the checkout): runs/,
 # checkpoints/ and wandb/ are created there, nowhere else, and only after every check passed.
+# The job's output is kept in <run_dir>/slime_job.log; a smoke run (RUN_MODE=smoke) is then judged on
+# it by `shopsimrl slime smoke-report` (<run_dir>/smoke_report.json), whose failure is the launch's.
 # Environment:
 #   DRY_RUN=1       print the plan (conversion, prompt shape, credentials, ownership) as `# ` lines,
 #                   then the Ray and slime commands, one shell-quoted line each; run and write nothing
@@ -283,9 +285,20 @@ SUBMIT=(ray job submit --address="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
   "${HOOK_ARGS[@]}" "${GRPO_ARGS[@]}" "${PPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}"
   "${MISC_ARGS[@]}" "${WANDB_ARGS[@]}")
 
-echo "run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} group=${RUN_GROUP} run_dir=${RUN_DIR}" \
-  "groups=${ROLLOUT_BATCH_SIZE}x${N_SAMPLES_PER_PROMPT} rollouts=${NUM_ROLLOUT}" \
-  "steps_per_rollout=${NUM_STEPS_PER_ROLLOUT} gpus=${ACTOR_NUM_GPUS_PER_NODE} use_wandb=${USE_WANDB}" >&2
+# The summary line opens the job log too: the smoke report's startup_summary criterion reads it there.
+SUMMARY_LINE="run_shopsimrl_slime.sh: mode=${RUN_MODE} config=${LAUNCH_CONFIG} group=${RUN_GROUP} run_dir=${RUN_DIR}"
+SUMMARY_LINE+=" groups=${ROLLOUT_BATCH_SIZE}x${N_SAMPLES_PER_PROMPT} rollouts=${NUM_ROLLOUT}"
+SUMMARY_LINE+=" steps_per_rollout=${NUM_STEPS_PER_ROLLOUT} gpus=${ACTOR_NUM_GPUS_PER_NODE} use_wandb=${USE_WANDB}"
+echo "${SUMMARY_LINE}" >&2
+
+# slime logs its training metrics only to W&B/TensorBoard and its Python log: the job's output is kept
+# in the run dir, and a smoke run is judged on it (shopsimrl/ops/slime_smoke.py, docs/operations.md).
+JOB_LOG="${RUN_DIR}/slime_job.log"
+REPORT=()
+if [[ "${RUN_MODE}" == smoke ]]; then
+  REPORT=("${PYTHON}" -m shopsimrl.cli slime smoke-report --slime-log "${JOB_LOG}" --out "${RUN_DIR}"
+    --algo "${ADVANTAGE_ESTIMATOR}" --options "${OPTIONS_FILE}")
+fi
 
 # The plan: what must exist or happen around these two commands (the DRY_RUN shows it).
 credential_route() {
@@ -318,7 +331,9 @@ PLAN+=(
   "credentials: $(credential_route)"
   "ownership: $(ownership)"
   "outputs: ${RUN_DIR} (plugin options ${OPTIONS_FILE})${SAVE_DIR:+, checkpoints ${SAVE_DIR}}, Ray logs ${RAY_TEMP_DIR}/session_latest/logs"
+  "job log: ${JOB_LOG} (this summary line, then the job's output as \`ray job submit\` streams it)"
 )
+((${#REPORT[@]} == 0)) || PLAN+=("smoke report: after the job, ${REPORT[*]} writes ${RUN_DIR}/smoke_report.json; a failed required criterion (or a failed job) makes the launch exit non-zero")
 
 if [[ "${DRY_RUN}" == 1 ]]; then
   printf '# %s\n' "${PLAN[@]}"
@@ -336,4 +351,12 @@ export PYTHONUNBUFFERED=1 no_proxy="${NO_PROXY_HOSTS}" NO_PROXY="${NO_PROXY_HOST
 # A previous run's Ray head (in this container) would hold the GPUs.
 ray stop --force >/dev/null 2>&1 || true
 "${RAY_START[@]}"
-exec "${SUBMIT[@]}"
+printf '%s\n' "${SUMMARY_LINE}" >"${JOB_LOG}"
+job_status=0
+"${SUBMIT[@]}" 2>&1 | tee -a "${JOB_LOG}" || job_status=$? # pipefail: the status of `ray job submit`
+((${#REPORT[@]})) || exit "${job_status}"
+# Judged even after a failed job: the report says which criterion it never reached.
+report_status=0
+PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${REPORT[@]}" || report_status=$?
+((job_status == 0)) || exit "${job_status}"
+exit "${report_status}"

@@ -10,8 +10,8 @@ Importing this package loads only the configuration types (no torch). The parts,
   `ValueHead`, `value_loss`; `shopsimrl.local.gae`: `gae`, `masked_whiten`, `rollout_statistics`
 - `shopsimrl.local.warm_start`: `warm_start`, `expert_items`, `sft_step`
 - `shopsimrl.local.run`: `run_training`, `RunResult`
-- `shopsimrl.local.smoke`: `evaluate_smoke`, `write_smoke_report` (the smoke run's acceptance report);
-  `shopsimrl.local.ppo_smoke`: the PPO micro smoke's criteria and observations
+- `shopsimrl.local.smoke`: `evaluate_smoke`, `write_smoke_report` (the smoke run's acceptance report)
+  (its criteria, PPO's too, are shared with the slime smoke: `shopsimrl.metrics.smoke`)
 - `shopsimrl.local.commands`: the `shopsimrl train` click group
 """
 

@@ -7,6 +7,8 @@
     ppo_records.py   the keys a PPO run must leave in its records, and the check of a run's rows
     ppo_spread.py    PPO value/return/advantage spreads and explained variance, one definition for both backends
     resources.py     host and accelerator memory, checkpoint size and time per batch of a training process
+    smoke.py         the smoke acceptance report: criteria on a run's rows, shared by both backends
+    ppo_smoke.py     the PPO smoke's criteria and observations (used by smoke.py)
     alerts.py, live_alerts.py, commands.py   alert rules on a run's metrics and `shopsimrl metrics`
 
 The slime hooks that log these (`shopsimrl.slime_metrics`) sit above records and rollout, so they

@@ -15,4 +15,6 @@ imports nothing at import time so that `shopsimrl.ops.<module>` stays cheap and 
 - `shopsimrl.ops.chat_template`: `compare_with_template` (the rollout's ids vs the checkpoint's template)
 - `shopsimrl.ops.preflight_launch`: preflight checks built on the four above
 - `shopsimrl.ops.preflight_image`: in-container checks of the image itself and SGLang
+- `shopsimrl.ops.slime_log`: `parse_slime_log`, `metric_rows` (slime's job log read back into metric rows)
+- `shopsimrl.ops.slime_smoke`: `evaluate_slime_smoke` (the slime smoke's `smoke_report.json`)
 """

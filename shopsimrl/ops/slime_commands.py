@@ -4,6 +4,7 @@
 `check-model` before and `write-manifest` after slime's converter; preflight runs the same
 library functions (shopsimrl.ops.launch, shopsimrl.ops.model_files, shopsimrl.ops.chat_template).
 `last-hf-save` tells the gate, eval and analyze services which HF copy a round ended with.
+`smoke-report` judges a smoke run from slime's job log (the launcher calls it in smoke mode).
 """
 
 from __future__ import annotations
@@ -72,6 +73,49 @@ def prepare(config_path, group, base_dir, hf_checkpoint, ref_load, prompt_data, 
     if paths.roles_file is not None:
         click.echo(str(paths.roles_file))
         click.echo(paths.critic)
+
+
+@slime.command("smoke-report")
+@click.option("--slime-log", "log_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the job's output, the launcher's summary line first (<run_dir>/slime_job.log)")  # fmt: skip
+@click.option("--out", "out_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="where smoke_report.json goes (the run dir)")  # fmt: skip
+@click.option("--algo", type=click.Choice(["grpo", "ppo"]), default="grpo", show_default=True,
+              help="ppo adds the PPO criteria and observations")  # fmt: skip
+@click.option("--options", "options_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the plugin options slime got: the active chunks of its skillbank are checked after the first batch")  # fmt: skip
+def smoke_report(log_path: Path, out_dir: Path, algo: str, options_path: Path | None) -> None:
+    """Check a slime smoke run on its job log; write <out>/smoke_report.json; exit 1 if a required check fails.
+
+    Example: shopsimrl slime smoke-report --slime-log runs/qwen35-4b-round-000-smoke/train/slime_job.log --out runs/qwen35-4b-round-000-smoke/train --algo ppo
+    """
+    import json
+
+    from shopsimrl.metrics.smoke import Status, write_smoke_report
+    from shopsimrl.ops.slime_smoke import evaluate_slime_smoke
+
+    chunks: list[str] = []
+    if options_path is not None:
+        from shopsimrl.config.options import load_options_file
+        from shopsimrl.errors import ConfigError
+        from shopsimrl.skills.skillbank import load_skillbank
+
+        try:
+            skillbank = load_options_file(options_path).skillbank
+            chunks = list(load_skillbank(skillbank).active_ids) if skillbank else []
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+    report = evaluate_slime_smoke(log_path, ppo=algo == "ppo", active_chunks=chunks)
+    path = write_smoke_report(report, out_dir)
+    for criterion in report.criteria:
+        marker = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN"}[criterion.status]
+        click.echo(f"{marker:4}  {criterion.name}: {criterion.evidence}")
+    if report.observations is not None:  # beside the verdict, never part of it
+        click.echo("observations (not part of pass): " + json.dumps(report.observations, sort_keys=True))
+    click.echo(f"smoke report: {path}")
+    click.echo(json.dumps({"passed": report.passed}))
+    if not report.passed:
+        sys.exit(1)
 
 
 @slime.command("check-model")

@@ -1,6 +1,7 @@
-"""The PPO micro smoke's criteria and observations (`make train-smoke RUNNER=local ALGO=ppo`).
+"""The PPO micro smoke's criteria and observations, one implementation for both backends.
 
-Required criteria, each checked on the run's metrics.jsonl (metrics/ppo_records.py):
+`make train-smoke [RUNNER=local] ALGO=ppo`. Required criteria, each checked on the run's metric rows (the
+local metrics.jsonl, or slime's job log read by ops/slime_log.py; keys of metrics/ppo_records.py):
 
 | criterion                       | passes when                                                             |
 | ------------------------------- | ----------------------------------------------------------------------- |
@@ -43,16 +44,16 @@ ENGINEERING_NOTE = (
 )
 
 
-def ppo_criteria(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, bool, str]]:
-    """(name, passed, evidence) of every required PPO criterion."""
+def ppo_criteria(rows: Sequence[Mapping[str, Any]], *, source: str = "metrics.jsonl") -> list[tuple[str, bool, str]]:
+    """(name, passed, evidence) of every required PPO criterion; `source` names the record in evidence."""
     split = split_rows(rows)
     out = [
-        _finite("ppo_values_returns_advantages", rollout_problems(split), split.ppo_rollout_rows,
-                REQUIRED_ROLLOUT_KEYS, m.ROLLOUT_STEP.name),  # fmt: skip
-        _finite("ppo_actor_loss_finite", actor_problems(split), split.actor_rows, REQUIRED_ACTOR_KEYS[:2],
-                m.TRAIN_STEP.name),  # fmt: skip
-        _finite("ppo_critic_loss_finite", critic_problems(split), split.critic_rows, REQUIRED_CRITIC_KEYS[:1],
-                m.TRAIN_STEP.name),  # fmt: skip
+        finite_criterion("ppo_values_returns_advantages", rollout_problems(split), split.ppo_rollout_rows,
+                         REQUIRED_ROLLOUT_KEYS, m.ROLLOUT_STEP.name, source),  # fmt: skip
+        finite_criterion("ppo_actor_loss_finite", actor_problems(split), split.actor_rows, REQUIRED_ACTOR_KEYS[:2],
+                         m.TRAIN_STEP.name, source),  # fmt: skip
+        finite_criterion("ppo_critic_loss_finite", critic_problems(split), split.critic_rows,
+                         REQUIRED_CRITIC_KEYS[:1], m.TRAIN_STEP.name, source),  # fmt: skip
     ]
     for name, kind_rows in (("ppo_actor_optimizer_steps", split.actor_rows),
                             ("ppo_critic_optimizer_steps", split.critic_rows)):  # fmt: skip
@@ -62,14 +63,19 @@ def ppo_criteria(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, bool, str
     return out
 
 
-def _finite(
-    name: str, problems: list[str], rows: Sequence[Mapping[str, Any]], shown: Sequence[str], step_key: str
+def finite_criterion(
+    name: str,
+    problems: list[str],
+    rows: Sequence[Mapping[str, Any]],
+    shown: Sequence[str],
+    step_key: str,
+    source: str = "metrics.jsonl",
 ) -> tuple[str, bool, str]:
     """Fails with the problems; passes with the `shown` values of every row as evidence (no row: fails)."""
     if problems:
         return name, False, "; ".join(problems)
     if not rows:
-        return name, False, "no row in metrics.jsonl"
+        return name, False, f"no row in {source}"
     values = [f"{step_key}={row.get(step_key)}: " + ", ".join(f"{k}={row[k]:.4g}" for k in shown) for row in rows]
     return name, True, " | ".join(values)
 
