@@ -76,6 +76,9 @@ from shopsimrl.slime_metrics import reset_process_state  # noqa: E402
 PARTS = ("warm_start", "update", "gate", "quality")
 DEFAULT_PARTS = ("warm_start", "update", "gate")  # `quality` is asked for by name (it warm-starts twice)
 FP32, BF16 = "float32", "bfloat16"  # model.compute_dtype's values (--dtypes)
+# gate part only: bfloat16 compute over float32 KV caches, the generator's path before its caches
+# stored bfloat16 (the peer of `bfloat16` in one run)
+BF16_F32KV = "bfloat16-f32kv"
 NEXT_EPISODES = 8  # episodes generated from each path's policy to check they stay token-identical
 GATE_CONCURRENCY = 20  # configs/local/demo_round.yaml gate.generator.concurrency
 GATE_LESSON = (
@@ -417,10 +420,11 @@ def bench_gate(
     out: dict[str, Any] = {"episodes": episodes, "concurrency": GATE_CONCURRENCY}
     reference = None
     for dtype_name, drafts in [(d, v) for d in dtypes for v in variants]:
-        dtype = torch.bfloat16 if dtype_name == BF16 else torch.float32
+        dtype = torch.float32 if dtype_name == FP32 else torch.bfloat16
         generator = BatchedLocalHFGenerator(
-            model, tokenizer, seed=0, max_batch=GATE_CONCURRENCY, draft_tokens=drafts, compute_dtype=dtype
-        )
+            model, tokenizer, seed=0, max_batch=GATE_CONCURRENCY, draft_tokens=drafts, compute_dtype=dtype,
+            kv_dtype=torch.float32 if dtype_name == BF16_F32KV else None,
+        )  # fmt: skip
         progress(f"gate: {episodes} episodes, draft_tokens={drafts}, {dtype_name}")
         started = time.perf_counter()
         results = asyncio.run(gate_wave(generator, plan, arms, env, options))
@@ -526,18 +530,22 @@ def main() -> None:
         "--gate-variants", default="4", help="draft_tokens values, comma-separated (4: default)"
     )
     parser.add_argument(
-        "--dtypes", default=f"{FP32},{BF16}", help="compute dtypes compared (model.compute_dtype), comma-separated"
-    )
+        "--dtypes", default=f"{FP32},{BF16}",
+        help=f"compute dtypes compared (model.compute_dtype), comma-separated; with --parts gate also {BF16_F32KV}",
+    )  # fmt: skip
     parser.add_argument("--bf16-weights", default=None, help="quality: the bfloat16 warm start's weights, as --weights")
     parser.add_argument("--quality-episodes", type=int, default=20)
     parser.add_argument("--json", default=None)
     options = parser.parse_args()
     dtypes = options.dtypes.split(",")
-    if not set(dtypes) <= {FP32, BF16} or FP32 not in dtypes:
-        parser.error(f"--dtypes names {FP32} and optionally {BF16}")
     parts = options.parts.split(",")
     if not set(parts) <= set(PARTS):
         parser.error(f"--parts names only {', '.join(PARTS)}")
+    if parts == ["gate"]:  # the gate compares its variants with the first one named
+        if not set(dtypes) <= {FP32, BF16, BF16_F32KV}:
+            parser.error(f"--dtypes names {FP32}, {BF16} or {BF16_F32KV} with --parts gate")
+    elif not set(dtypes) <= {FP32, BF16} or FP32 not in dtypes:
+        parser.error(f"--dtypes names {FP32} and optionally {BF16} ({BF16_F32KV}: with --parts gate only)")
     report: dict[str, Any] = {"cpu": cpu(), "torch": torch.__version__, "command": " ".join(sys.argv)}
     progress(f"cpu: {report['cpu']}")
     with tempfile.TemporaryDirectory() as runs_root:

@@ -72,7 +72,7 @@ import torch
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
 from shopsimrl.rollout.generators.hidden_tap import HiddenRecorder, HiddenTap
-from shopsimrl.rollout.generators.precision import InferencePrecision
+from shopsimrl.rollout.generators.precision import InferencePrecision, kv_cache_dtype
 from shopsimrl.rollout.generators.prefill import (
     EncodedRows,
     GenerationProfile,
@@ -154,6 +154,7 @@ class BatchedLocalHFGenerator:
         draft_tokens: int = DRAFT_TOKENS,
         recorder: HiddenRecorder | None = None,
         compute_dtype: torch.dtype = torch.float32,
+        kv_dtype: torch.dtype | None = None,
     ):
         precision = InferencePrecision(model, compute_dtype)  # an unknown dtype is an error here
         if max_batch < 1:
@@ -179,7 +180,10 @@ class BatchedLocalHFGenerator:
         self._model_lock = threading.Lock()
         self._stats = BatchStats()
         self._profile = GenerationProfile()
-        self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
+        # The caches' keys and values: the compute dtype's (bfloat16 under bfloat16, prefix_cache.py) unless
+        # `kv_dtype` says otherwise (torch.float32 under bfloat16: the float32 caches of before, for a bench).
+        cache_dtype = kv_cache_dtype(compute_dtype if kv_dtype is None else kv_dtype)
+        self._prefix_cache = PrefixCache(cache_max_bytes, kv_dtype=cache_dtype) if prefix_cache else None
         # Hands every row's hidden states at `recorder.layer` over (hidden_tap.py); with KV reuse only.
         self._recorder = recorder
         # bfloat16: the forwards under autocast with bfloat16 copies of the linear weights (precision.py).

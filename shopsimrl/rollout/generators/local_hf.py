@@ -22,10 +22,9 @@ import asyncio
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
-from shopsimrl.rollout.generators.precision import InferencePrecision
+from shopsimrl.rollout.generators.precision import InferencePrecision, kv_cache_dtype
 from shopsimrl.rollout.generators.prefill import encode_rows, row_layers
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
 from shopsimrl.rollout.generators.sampling import SamplingParams, default_stop_ids, sample_token
@@ -53,7 +52,8 @@ class LocalHFGenerator:
         self.tokenizer = tokenizer
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
         self.stop_token_ids = set(stop_token_ids or ()) | default_stop_ids(tokenizer)
-        self._prefix_cache = PrefixCache(cache_max_bytes) if prefix_cache else None
+        cache_dtype = kv_cache_dtype(compute_dtype)  # bfloat16 caches under bfloat16 (prefix_cache.py)
+        self._prefix_cache = PrefixCache(cache_max_bytes, kv_dtype=cache_dtype) if prefix_cache else None
 
     @property
     def cache_stats(self) -> PrefixCacheStats | None:
@@ -116,7 +116,7 @@ class LocalHFGenerator:
             encoded = encode_rows(self.model, [list(input_ids)], self._prefix_cache)
             if encoded is not None:
                 # One sequence decoding alone: a DynamicCache's growth by torch.cat copies little.
-                return DynamicCache(ddp_cache_data=encoded.layers[0]), encoded.logits[0]
+                return self._prefix_cache.new_cache(encoded.layers[0]), encoded.logits[0]
             self._prefix_cache = None  # this model's cache layers cannot be cut: encode whole from now on
         output = self.model(
             input_ids=torch.tensor([input_ids], device=device), use_cache=True, logits_to_keep=1

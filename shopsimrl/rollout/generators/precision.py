@@ -43,6 +43,12 @@ def compute_precision(dtype: torch.dtype) -> AbstractContextManager[object]:
     raise ValueError(f"compute dtype {dtype} is not one of {', '.join(str(d) for d in COMPUTE_DTYPES)}")
 
 
+def kv_cache_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype a generator's KV caches store for compute `dtype`: bfloat16 under bfloat16 (the
+    attention then runs in bfloat16 over half the bytes, prefix_cache.py), None (as produced) in float32."""
+    return None if dtype == torch.float32 else dtype
+
+
 class InferencePrecision:
     """The context of a generator's no-grad forwards of `model` in `dtype`: `compute_precision(dtype)`,
     plus, for bfloat16, the model's linears computing with bfloat16 copies of their weights while it is

@@ -34,7 +34,6 @@ from shopsimrl.rollout.generators.prefix_attention import (
 from shopsimrl.rollout.generators.prefix_cache import (
     LayerKV,
     PrefixCache,
-    build_cache,
     cache_layers,
     supports,
 )
@@ -140,7 +139,7 @@ def encode_rows(
             reused_total += len(ids)
             continue
         prefix, reused = store.lookup(ids)
-        output = _encode_after(model, ids, reused, build_cache(prefix), device)
+        output = _encode_after(model, ids, reused, store.new_cache(prefix), device)
         if not supports(output.past_key_values):
             return None
         if tap is not None:

@@ -91,6 +91,9 @@ def attend_after(
     log-sum-exp (module doc). Returns `[1, heads, n, dim]`."""
     _, heads, new, head_dim = query.shape
     kv_heads, past = past_keys.shape[1], past_keys.shape[2]
+    # bfloat16 caches (prefix_cache.py): the rotary embedding leaves the query float32; flash
+    # attention wants one dtype, and autocast would round it to bfloat16 the same way.
+    query = query.to(own_keys.dtype)
     group = heads // kv_heads
     output, own_lse = _flash(
         query,

@@ -26,6 +26,13 @@ Memory bound, in that order:
    storage pointer and in-place version counter, which every optimizer step and `load_state_dict`
    bump (a write through `param.data` does not: call `clear()` after one);
 4. `clear()` drops everything at once.
+
+Precision: a generator that computes in bfloat16 (precision.py) makes its prefix cache with
+`kv_dtype=torch.bfloat16`: every cache it builds (`new_cache`) stores keys and values in bfloat16
+(`TypedDynamicCache`), so the stored entries, the decode batch's `RowCache` and the attention over them
+are bfloat16. Without it, under autocast, the keys come out of the rotary embedding in float32 and the
+values in bfloat16, concatenation promotes both to float32, and every attention reads twice the bytes
+in float32 (docs/benchmarks.md, "bfloat16 keys and values").
 """
 
 from __future__ import annotations
@@ -55,6 +62,19 @@ class PrefixCacheStats:
     stored_bytes: int = 0
 
 
+class TypedDynamicCache(DynamicCache):
+    """A `DynamicCache` whose layers store every update in `kv_dtype` (its layers stay `DynamicLayer`s)."""
+
+    def __init__(self, kv_dtype: torch.dtype, layers: list[LayerKV] | None = None):
+        super().__init__(ddp_cache_data=layers or None)
+        self.kv_dtype = kv_dtype
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> LayerKV:
+        return super().update(key_states.to(self.kv_dtype), value_states.to(self.kv_dtype), layer_idx, *args, **kwargs)
+
+
 class _Entry:
     __slots__ = ("layers", "nbytes", "tokens")
 
@@ -67,10 +87,11 @@ class _Entry:
 class PrefixCache:
     """Longest-common-prefix lookup over stored single-sequence KV caches (see module doc)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, kv_dtype: torch.dtype | None = None):
         if max_bytes < 0:
             raise ValueError(f"max_bytes={max_bytes} must be >= 0 (0 stores nothing)")
         self.max_bytes = max_bytes
+        self.kv_dtype = kv_dtype  # None: keys and values stay what the model's forward produced
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
         self._next_key = 0
         self._bytes = 0
@@ -92,6 +113,13 @@ class PrefixCache:
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
+
+    def new_cache(self, prefix: list[LayerKV]) -> DynamicCache | None:
+        """The cache a forward after `prefix` (a `lookup` result) extends: in `kv_dtype` when set
+        (even with nothing cached), else `build_cache`'s."""
+        if self.kv_dtype is None:
+            return build_cache(prefix)
+        return TypedDynamicCache(self.kv_dtype, prefix)
 
     def check_weights(self, model: Any) -> None:
         """Drop every entry if the model's parameters changed since the last call."""

@@ -14,7 +14,10 @@ step was padding. Here each row attends to its own span only:
 * the attention (`row_attention`, registered with transformers under `ROW_ATTENTION`) calls SDPA once
   per row on the views `[start_b, stop_b + fed)`, with no mask: a decode query sees all of its row's
   past, a block of queries also each other causally (`attend_after`, prefix_attention.py); a model
-  that does not call it from every layer is refused, see `RowSpans`;
+  that does not call it from every layer is refused, see `RowSpans`. A bfloat16 cache (prefix_cache.py
+  `kv_dtype`) attends instead in one SDPA call per layer over the columns any row uses, masked to each
+  row's span: in bfloat16 the per-row calls cost more than the masked columns (docs/benchmarks.md,
+  "bfloat16 keys and values"); its buffers are zero-filled, since that call reads outside the spans;
 * a finished row leaves the batch by swap-remove: the last row's columns move into its slot and the
   buffers are narrowed (one row copied, not the whole cache as `reorder_cache` does);
 * a new row joins between steps (`admit`, continuous batching): written right-aligned at the fill
@@ -201,9 +204,12 @@ class RowCache(Cache):
         layers = []
         for index in range(len(template)):
             keys0, values0 = template[index]
-            # empty, not zeros: a row's attention never reads outside its own span
-            keys = keys0.new_empty((slots, keys0.shape[1], columns, keys0.shape[3]))
-            values = values0.new_empty((slots, values0.shape[1], columns, values0.shape[3]))
+            # float32: empty, not zeros: a row's attention never reads outside its own span. bfloat16's
+            # one masked call reads every row's columns (`_masked_row_attention`): never-written memory
+            # may hold NaN, and a masked-out NaN value still makes 0 * NaN = NaN, so zeros.
+            allocate = torch.empty if keys0.dtype == torch.float32 else torch.zeros
+            keys = allocate((slots, keys0.shape[1], columns, keys0.shape[3]), dtype=keys0.dtype, device=keys0.device)
+            values = allocate((slots, values0.shape[1], columns, values0.shape[3]), dtype=values0.dtype, device=values0.device)
             for b, (start, stop) in enumerate(zip(self.starts, self.stops, strict=True)):
                 keys[b, :, start + shift : stop + shift] = old[index]._key_store[b, :, start:stop]
                 values[b, :, start + shift : stop + shift] = old[index]._value_store[b, :, start:stop]
@@ -262,6 +268,8 @@ def row_attention(
             f"{ROW_ATTENTION} attention decodes rows of a RowCache with {ROW_SPANS}=RowSpans(...), no mask"
         )
     spans.calls += 1
+    if key.dtype != torch.float32:
+        return _masked_row_attention(query, key, value, spans, scaling)
     batch, heads, fed, head_dim = query.shape
     kv_heads = key.shape[1]
     output = query.new_empty((batch, heads, fed, head_dim))
@@ -286,6 +294,32 @@ def row_attention(
             )
         output[b] = attended.reshape(heads, fed, head_dim)
     return output.transpose(1, 2), None  # [batch, fed, heads, head_dim], as the other backends return
+
+
+def _masked_row_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spans: RowSpans, scaling: float | None
+) -> tuple[torch.Tensor, None]:
+    """A bfloat16 cache's rows in one SDPA call over the columns any row uses, masked to each row's
+    own span: fed query i of row b sees columns `[start_b, stop_b + i]`. In bfloat16 the per-row calls
+    cost more than the masked columns (docs/benchmarks.md, "bfloat16 keys and values"); float32 keeps
+    them, and with them its token-identical outputs."""
+    batch, heads, fed, head_dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    starts = torch.tensor(spans.starts, dtype=torch.long)
+    stops = torch.tensor(spans.stops, dtype=torch.long)
+    first, end = int(starts.min()), int(stops.max()) + fed
+    columns = torch.arange(first, end)
+    seen = (columns >= starts[:, None, None]) & (columns <= stops[:, None, None] + torch.arange(fed)[:, None])
+    # query head h uses key head h // group: its `fed` queries become rows of that key head's block
+    attended = F.scaled_dot_product_attention(
+        query.to(key.dtype).reshape(batch, kv_heads, group * fed, head_dim),
+        key[:, :, first:end],
+        value[:, :, first:end],
+        attn_mask=seen.repeat(1, group, 1)[:, None],
+        scale=scaling,
+    )
+    return attended.reshape(batch, heads, fed, head_dim).transpose(1, 2), None
 
 
 AttentionInterface.register(ROW_ATTENTION, row_attention)
