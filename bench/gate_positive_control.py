@@ -59,6 +59,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100, help="eval tasks (step 1)")
     parser.add_argument("--seeds", type=int, default=2, help="eval episodes per task (step 1)")
     parser.add_argument("--concurrency", type=int, default=16, help="episodes decoded as one batch")
+    parser.add_argument("--compute-dtype", default="auto", choices=["float32", "bfloat16", "auto"],
+                        help="the generators' precision, eval and gate alike (auto: bfloat16 where the CPU has it)")
     parser.add_argument("--gate-set", dest="gate_sets", action="append", default=[],
                         help="gate config override (KEY=VALUE), e.g. design.tasks=20 for a smoke")
     args = parser.parse_args()
@@ -83,7 +85,7 @@ def main() -> None:
 
     # 1. Each edit's effect on the same episodes as no edit.
     shop_sets = [f"catalog.{k}={v}" for k, v in catalog.items()] + [f"episode.{k}={v}" for k, v in episode.items()]
-    shop_sets += [f"generator.concurrency={args.concurrency}"]
+    shop_sets += [f"generator.concurrency={args.concurrency}", f"generator.compute_dtype={args.compute_dtype}"]
     eval_root = ROOT / "runs" / args.group / "eval"
     for name, skillbank in (("none", base), *((edit, skillbanks[edit]) for edit in EDITS)):
         compare = ["--compare", str(eval_root / "none")] if name != "none" else []
@@ -97,7 +99,7 @@ def main() -> None:
     gate_config.write_text(yaml.safe_dump({
         "schema_version": 1, "round": args.group, "runs_root": "runs",
         "inputs": {"checkpoint": args.checkpoint, "candidate_pool": str(pool), "skillbank": str(base)},
-        "generator": {"backend": "local", "concurrency": args.concurrency},
+        "generator": {"backend": "local", "concurrency": args.concurrency, "compute_dtype": args.compute_dtype},
         "episode": episode, "catalog": catalog,
     }, sort_keys=False), encoding="utf-8")  # fmt: skip
     run([*CLI, "training", "online-gate", str(gate_config), "--no-progress", "--no-wandb",

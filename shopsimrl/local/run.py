@@ -245,7 +245,7 @@ def run_training(
                     rollout_id=rollout_id, extra_tensors=extra,
                 )  # fmt: skip
                 result.checkpoints.append(info)
-                logger.log(checkpoint_metrics(info, rollout_id))  # its own row, after the step's perf row
+                logger.log(checkpoint_metrics(info.files, rollout_id))  # its own row, after the step's perf row
 
             result.reports = driver.run(save=save)
             result.wandb_run_file = logger.wandb_run_file

@@ -15,17 +15,13 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from shopsimrl.metrics import names as m
-
-if TYPE_CHECKING:
-    from shopsimrl.models.checkpoint import CheckpointInfo
 
 GIB = 1024**3
 _STATM = Path("/proc/self/statm")
@@ -70,14 +66,15 @@ def memory_metrics(device: torch.device) -> dict[str, float]:
     return out
 
 
-def checkpoint_bytes(info: CheckpointInfo) -> int:
-    """Bytes of a saved checkpoint: the sum of its manifest's file sizes (the manifest itself excluded)."""
-    return sum(info.files.values())
+def checkpoint_bytes(files: Mapping[str, int]) -> int:
+    """Bytes of a saved checkpoint from its manifest's files (relative path -> size; `CheckpointInfo.files`,
+    the manifest itself not among them)."""
+    return sum(files.values())
 
 
-def checkpoint_metrics(info: CheckpointInfo, rollout_id: int) -> dict[str, int]:
+def checkpoint_metrics(files: Mapping[str, int], rollout_id: int) -> dict[str, int]:
     """The row logged at a save: `perf/checkpoint_bytes` with the rollout it saved at."""
-    return {m.PERF_CHECKPOINT_BYTES.name: checkpoint_bytes(info), m.ROLLOUT_STEP.name: rollout_id}
+    return {m.PERF_CHECKPOINT_BYTES.name: checkpoint_bytes(files), m.ROLLOUT_STEP.name: rollout_id}
 
 
 @dataclass
