@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,7 +151,8 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
     Example: shopsimrl training smoke --config configs/local/smoke.yaml
     """
     from shopsimrl.local.run import RunResult
-    from shopsimrl.local.smoke import Status, evaluate_smoke, write_smoke_report
+    from shopsimrl.local.smoke import evaluate_smoke, write_smoke_report
+    from shopsimrl.metrics.smoke import report_lines
     from shopsimrl.skills.skillbank import load_skillbank
 
     base = _load(config_path, sets)
@@ -171,12 +171,7 @@ def smoke_command(config_path: Path, sets: tuple[str, ...], no_progress: bool) -
         ppo=config.uses_critic,
     )
     path = write_smoke_report(report, result.stage_dir)
-    for criterion in report.criteria:
-        marker = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN"}[criterion.status]
-        click.echo(f"{marker:4}  {criterion.name}: {criterion.evidence}")
-    if report.observations is not None:  # beside the verdict, never part of it
-        click.echo("observations (not part of pass): " + json.dumps(report.observations, sort_keys=True))
-    click.echo(f"smoke report: {path}")
-    click.echo(json.dumps({"passed": report.passed}))
+    for line in report_lines(report, path):
+        click.echo(line)
     if not report.passed:
         raise SystemExit(1)

@@ -26,6 +26,7 @@ losses), and `observations` (explained variance, reward spread) sit beside them 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -201,3 +202,16 @@ def row_criteria(
 
 def write_smoke_report(report: SmokeReport, stage_dir: Path) -> Path:
     return atomic_write_json(stage_dir / SMOKE_REPORT_FILE, report.to_dict())
+
+
+def report_lines(report: SmokeReport, path: Path) -> list[str]:
+    """What the smoke commands print: each criterion with its evidence, the observations beside the
+    verdict (never part of it), where the report is, and the verdict as one JSON line."""
+    lines = [
+        f"{criterion.status.value.upper():4}  {criterion.name}: {criterion.evidence}"
+        for criterion in report.criteria
+    ]
+    if report.observations is not None:
+        lines.append("observations (not part of pass): " + json.dumps(report.observations, sort_keys=True))
+    lines += [f"smoke report: {path}", json.dumps({"passed": report.passed})]
+    return lines

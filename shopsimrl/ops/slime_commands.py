@@ -89,9 +89,8 @@ def smoke_report(log_path: Path, out_dir: Path, algo: str, options_path: Path | 
 
     Example: shopsimrl slime smoke-report --slime-log runs/qwen35-4b-round-000-smoke/train/slime_job.log --out runs/qwen35-4b-round-000-smoke/train --algo ppo
     """
-    import json
 
-    from shopsimrl.metrics.smoke import Status, write_smoke_report
+    from shopsimrl.metrics.smoke import report_lines, write_smoke_report
     from shopsimrl.ops.slime_smoke import evaluate_slime_smoke
 
     chunks: list[str] = []
@@ -107,13 +106,8 @@ def smoke_report(log_path: Path, out_dir: Path, algo: str, options_path: Path | 
             raise click.ClickException(str(exc)) from None
     report = evaluate_slime_smoke(log_path, ppo=algo == "ppo", active_chunks=chunks)
     path = write_smoke_report(report, out_dir)
-    for criterion in report.criteria:
-        marker = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN"}[criterion.status]
-        click.echo(f"{marker:4}  {criterion.name}: {criterion.evidence}")
-    if report.observations is not None:  # beside the verdict, never part of it
-        click.echo("observations (not part of pass): " + json.dumps(report.observations, sort_keys=True))
-    click.echo(f"smoke report: {path}")
-    click.echo(json.dumps({"passed": report.passed}))
+    for line in report_lines(report, path):
+        click.echo(line)
     if not report.passed:
         sys.exit(1)
 
