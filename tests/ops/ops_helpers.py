@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -80,6 +81,19 @@ def model_dir(root: Path, *, shards_present: bool = True, config: dict | None = 
         for shard in SHARDS:
             (model / shard).write_bytes(b"\0" * 8)
     return model
+
+
+def stand_in_workspace(root: Path, ray_also: str = "") -> Path:
+    """A launch directory like the container's /workspace: configs/, a stand-in slime (its train.py is only
+    named on the `ray job submit` line) and a stand-in `ray` on bin/ that appends its arguments to
+    ray.log, as the real one would be called, then runs `ray_also` (shell)."""
+    shutil.copytree(ROOT / "configs", root / "configs")
+    (root / "slime").mkdir()
+    (root / "slime/train.py").write_text("# slime's train.py stand-in\n")
+    (root / "bin").mkdir()
+    (root / "bin/ray").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {root}/ray.log\n{ray_also}')
+    (root / "bin/ray").chmod(0o755)
+    return root
 
 
 def converted_checkpoint(launch_dir: Path, model: Path) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from ops_helpers import (
     converted_checkpoint,
     model_dir,
     prompt_data,
+    stand_in_workspace,
     value_of,
 )
 
@@ -31,14 +31,7 @@ from ops_helpers import (
 @pytest.fixture
 def launch_dir(tmp_path: Path) -> Path:
     """A launch directory like the container's /workspace: configs/, plus a fake slime and `ray`."""
-    shutil.copytree(ROOT / "configs", tmp_path / "configs")
-    (tmp_path / "slime").mkdir()
-    (tmp_path / "slime/train.py").write_text("# slime's train.py stand-in\n")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ray").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {tmp_path}/ray.log\n')
-    (bin_dir / "ray").chmod(0o755)
-    return tmp_path
+    return stand_in_workspace(tmp_path)
 
 
 def _launch(launch_dir: Path, config: str = "configs/slime/formal.env", **env: str) -> subprocess.CompletedProcess:

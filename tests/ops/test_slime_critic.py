@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ops_helpers import _LAUNCH_VARS, ROOT, converted_checkpoint, model_dir, prompt_data, value_of
+from ops_helpers import (
+    _LAUNCH_VARS,
+    ROOT,
+    converted_checkpoint,
+    model_dir,
+    prompt_data,
+    stand_in_workspace,
+    value_of,
+)
 from slime_source import requires_slime
 
 from shopsimrl.errors import ConfigError
@@ -32,13 +40,7 @@ R0, R1 = "round-000", "round-001"
 @pytest.fixture(scope="module")
 def launch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The container's /workspace with every input of a formal launch, a stand-in slime and `ray`."""
-    root = tmp_path_factory.mktemp("workspace")
-    shutil.copytree(ROOT / "configs", root / "configs")
-    (root / "slime").mkdir()
-    (root / "slime/train.py").write_text("# slime's train.py stand-in\n")
-    (root / "bin").mkdir()
-    (root / "bin/ray").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {root}/ray.log\n')
-    (root / "bin/ray").chmod(0o755)
+    root = stand_in_workspace(tmp_path_factory.mktemp("workspace"))
     converted_checkpoint(root, model_dir(root))
     prompt_data(root)
     return root

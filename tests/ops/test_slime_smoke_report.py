@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ops_helpers import _LAUNCH_VARS, ROOT, converted_checkpoint, model_dir, prompt_data
+from ops_helpers import _LAUNCH_VARS, ROOT, converted_checkpoint, model_dir, prompt_data, stand_in_workspace
 from slime_source import SLIME_SRC, requires_slime
 
 from shopsimrl.metrics import names as m
@@ -251,14 +250,9 @@ def test_literal_dict_reads_nan_and_inf_and_never_runs_code():
 def launch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A launch directory with every smoke input; `ray job submit` prints job_output.txt, exits job_status."""
     root = tmp_path_factory.mktemp("workspace")
-    shutil.copytree(ROOT / "configs", root / "configs")
-    (root / "slime").mkdir()
-    (root / "slime/train.py").write_text("# slime's train.py stand-in\n")
-    (root / "bin").mkdir()
-    (root / "bin/ray").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {root}/ray.log\n'
-                                  f'if [ "$1 $2" = "job submit" ]; then cat {root}/job_output.txt; '
-                                  f'exit "$(cat {root}/job_status)"; fi\n')  # fmt: skip
-    (root / "bin/ray").chmod(0o755)
+    # `ray job submit` streams the job's output (slime's log lines) and ends with the job's status
+    stand_in_workspace(root, f'if [ "$1 $2" = "job submit" ]; then cat {root}/job_output.txt; '
+                             f'exit "$(cat {root}/job_status)"; fi\n')  # fmt: skip
     converted_checkpoint(root, model_dir(root))
     prompt_data(root)
     return root

@@ -1,11 +1,12 @@
-"""`make rounds RUNNER=local ALGO=ppo`: every round trains PPO, and round 001's critic starts from the
-one round 000 saved inside its final checkpoint (critic.safetensors), as slime's critic chains under
-SAVE_DIR (tests/ops/test_slime_critic.py)."""
+"""`make rounds RUNNER=local ALGO=ppo` (what make expands it to: tests/ops/test_makefile.py): every round
+trains PPO, and round 001's critic starts from the one round 000 saved inside its final checkpoint
+(critic.safetensors), as slime's critic chains under SAVE_DIR (tests/ops/test_slime_critic.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,13 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return [r for r in read_jsonl(path).records if isinstance(r, dict)]
 
 
-def test_make_rounds_algo_ppo_trains_a_critic_that_chains_across_rounds(tmp_path: Path) -> None:
+def test_rounds_with_algo_ppo_train_a_critic_that_chains_across_rounds(tmp_path: Path) -> None:
     config = write_round(tmp_path, tiny_round(tmp_path))
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "ALGO", "RUNNER")}
     done = subprocess.run(
-        ["make", "-s", "--no-print-directory", "rounds", "RUNNER=local", "ALGO=ppo", "COUNT=2",
-         f"ROUND_CONFIG={config}", "ROUND_ARGS=--no-wandb"],
-        cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "shopsimrl.cli", "training", "rounds", str(config), "--count", "2",
+         "--set", "train.driver.advantage_estimator=ppo", "--no-wandb"],
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "USE_WANDB": "0"}, capture_output=True, text=True,
+        timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs, checkpoints = tmp_path / "runs", tmp_path / "checkpoints"
