@@ -199,6 +199,12 @@ def run_training(
                 echo(f"warm start: cached as {stored} for the next run with the same settings")
         if config.warm_start.enabled:
             torch.manual_seed(config.model.seed)  # GRPO starts from the same RNG state either way
+            # ... and from an empty trunk: what the warm start stored (the system prompt's frozen layers,
+            # computed in other splits than the rollouts compute them) differs from the rollouts' own
+            # values by float rounding, which under bfloat16 moved the update's weights (up to 7.6e-6)
+            # and the gate's episodes after a warm start that ran now, but not after a cached one.
+            if trunk is not None:
+                trunk.clear()
             if config.warm_start.save:  # the policy before any GRPO update, for `shopsimrl eval`
                 result.checkpoints.append(save_checkpoint(model, tokenizer, config.checkpoint_dir / WARM_START_DIR))
         # The driver runs a wave's episodes as concurrent tasks; their turns are decoded as one batch.

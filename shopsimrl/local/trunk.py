@@ -43,6 +43,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.models.llama.modeling_llama import LlamaModel
 
+from shopsimrl.local.split_attention import SPLIT_ATTENTION, SPLIT_CALLS, SplitCalls
 from shopsimrl.rollout.generators.prefix_attention import (
     PREFIX_ATTENTION,
     PREFIX_CALLS,
@@ -238,14 +239,17 @@ class FrozenTrunk:
         width = max(rests)
         if width == 0:  # every row ends inside the shared prefix
             return self.decoder.norm(head[torch.tensor([pos for _, pos in positions], device=device)])
-        suffix = bottoms[0].new_zeros((len(bottoms), width, bottoms[0].shape[-1]))
-        mask = torch.zeros((len(bottoms), prefix + width), dtype=torch.long, device=device)
-        mask[:, :prefix] = 1
+        suffix = bottoms[0].new_zeros((len(bottoms), width, bottoms[0].shape[-1]))  # right-padded
         for row, bottom in enumerate(bottoms):
             suffix[row, : rests[row]] = bottom[prefix:]
-            mask[row, prefix : prefix + rests[row]] = 1
         tail_positions = torch.arange(prefix, prefix + width, device=device)[None]
-        tail = self._run(top, suffix, tail_positions, self._mask(suffix, tail_positions, mask, cache), cache)
+        # Two unmasked attention calls with exact gradients (split_attention.py): a masked SDPA call
+        # takes the CPU's slow path, forward and backward.
+        counter = SplitCalls()
+        with attention_implementation(self.model, SPLIT_ATTENTION):
+            tail = self._run(top, suffix, tail_positions, None, cache, **{SPLIT_CALLS: counter})
+        if counter.calls != len(top):
+            raise RuntimeError(f"split attention ran in {counter.calls} of {len(top)} trainable layers")
         flat = torch.cat([head, tail.reshape(-1, tail.shape[-1])])
         where = [pos if pos < prefix else prefix + row * width + (pos - prefix) for row, pos in positions]
         return self.decoder.norm(flat[torch.tensor(where, device=device)])

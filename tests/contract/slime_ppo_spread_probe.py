@@ -88,6 +88,9 @@ def _rank(rank: int, spec: dict, out: Path) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(dump))
     if rank == 0:
         (out / "logged.json").write_text(json.dumps(logged))
+    # No rank tears its gloo pairs down while the other is still in a collective: one full `make test`
+    # saw rank 0 abort ("terminate called without an active exception") without this barrier.
+    dist.barrier()
     dist.destroy_process_group()
 
 

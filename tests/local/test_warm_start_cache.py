@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from shopsimrl.local.config import run_config_from_mapping
 from shopsimrl.local.run import run_training
 from shopsimrl.local.warm_start_cache import CACHE_DIR, key_digest, warm_start_key
 from shopsimrl.tracking import WandbSettings
 
 
-def _config(tmp_path: Path, group: str, **warm_start):
+def _config(tmp_path: Path, group: str, model: dict | None = None, **warm_start):
     raw = {
         "run": {"group": group, "runs_root": str(tmp_path / "runs"), "checkpoints_root": str(tmp_path / "ckpt")},
-        "model": {"name": "tiny", "seed": 0},
+        "model": {"name": "tiny", "seed": 0, **(model or {})},
         "warm_start": {"enabled": True, "max_steps": 2, "batch_size": 1, "check_every": 1, "probe_tasks": 1,
                        "probe_samples": 2, **warm_start},
         "driver": {"num_rollout": 1, "rollout_batch_size": 1, "n_samples_per_prompt": 2, "global_batch_size": 2,
@@ -36,16 +38,22 @@ def _rollout_rows(config) -> list[dict]:
             for row in rows]  # fmt: skip
 
 
-def test_a_second_run_reuses_the_warm_start_and_trains_the_same(tmp_path):
+# The second: a frozen trunk (its store is shared by the warm start and the updates) under bfloat16.
+# On SmolLM2 the trunk's stored system prompt and the rollouts' values of it differed in the last bits,
+# and the run after a warm start that ran differed from the run after a cached one until run.py emptied
+# the trunk after the warm start (docs/local_backend.md, "Warm start"). The tiny model's values agree
+# bit for bit either way, so here this guards the property, not that particular cause.
+@pytest.mark.parametrize("model", [None, {"trainable_top_layers": 1, "compute_dtype": "bfloat16"}])
+def test_a_second_run_reuses_the_warm_start_and_trains_the_same(tmp_path, model):
     first_lines: list[str] = []
-    first_config = _config(tmp_path, "a-round-000")
+    first_config = _config(tmp_path, "a-round-000", model)
     first = _run(first_config, first_lines)
     entry = tmp_path / "ckpt" / CACHE_DIR / key_digest(warm_start_key(first_config))[:16]
     assert first.warm_start.cached_from is None and first.warm_start.steps >= 1
     assert f"warm start: cached as {entry / 'model'} for the next run with the same settings" in first_lines
 
     second_lines: list[str] = []
-    second_config = _config(tmp_path, "b-round-000")
+    second_config = _config(tmp_path, "b-round-000", model)
     second = _run(second_config, second_lines)
     assert second.warm_start.cached_from == entry / "model"
     assert (second.warm_start.steps, second.warm_start.losses) == (first.warm_start.steps, first.warm_start.losses)

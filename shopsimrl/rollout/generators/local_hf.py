@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from shopsimrl.rollout.generators.base import FinishReason, GenerationResult
+from shopsimrl.rollout.generators.head_fold import folded_head
 from shopsimrl.rollout.generators.precision import InferencePrecision, kv_cache_dtype
 from shopsimrl.rollout.generators.prefill import encode_rows, row_layers
 from shopsimrl.rollout.generators.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, PrefixCacheStats
@@ -118,9 +119,10 @@ class LocalHFGenerator:
                 # One sequence decoding alone: a DynamicCache's growth by torch.cat copies little.
                 return self._prefix_cache.new_cache(encoded.layers[0]), encoded.logits[0]
             self._prefix_cache = None  # this model's cache layers cannot be cut: encode whole from now on
-        output = self.model(
-            input_ids=torch.tensor([input_ids], device=device), use_cache=True, logits_to_keep=1
-        )
+        with folded_head(self.model):
+            output = self.model(
+                input_ids=torch.tensor([input_ids], device=device), use_cache=True, logits_to_keep=1
+            )
         return output.past_key_values, output.logits[0, -1].float().cpu()
 
     def _hits_stop_string(self, token_ids: list[int], stops: tuple[str, ...]) -> bool:

@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from shopsimrl.rollout.generators.decode_batch import PaddedBatch, RowBatch
+from shopsimrl.rollout.generators.head_fold import folded_head
 from shopsimrl.rollout.generators.hidden_tap import HiddenTap
 from shopsimrl.rollout.generators.prefix_attention import (
     PREFIX_ATTENTION,
@@ -85,13 +86,14 @@ def prefill_padded(model: torch.nn.Module, inputs: list[list[int]], pad_id: int)
         mask[b, width - lengths[b] :] = 1
     # Left padding: a row's first real token must sit at position 0, as it would alone.
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-    output = model(
-        input_ids=input_ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=positions.to(device),
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    with folded_head(model):
+        output = model(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
     logits = output.logits[:, -1].float().cpu()
     return PaddedBatch(output.past_key_values, mask, lengths, logits, encoded_tokens=sum(lengths))
 
@@ -166,9 +168,10 @@ def _encode_after(model: torch.nn.Module, ids: list[int], reused: int, cache: Ca
         "logits_to_keep": 1,
     }
     if reused == 0:
-        return model(**inputs)
+        with folded_head(model):
+            return model(**inputs)
     counter = PrefixCalls()
-    with attention_implementation(model, PREFIX_ATTENTION):
+    with attention_implementation(model, PREFIX_ATTENTION), folded_head(model):
         output = model(**inputs, **{PREFIX_CALLS: counter})
     if counter.calls != len(output.past_key_values.layers):
         raise RuntimeError(
