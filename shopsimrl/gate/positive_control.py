@@ -78,29 +78,33 @@ def gepa_final_pick(means: Mapping[str, float]) -> str:
     return next(name for name, mean in means.items() if mean == best)
 
 
-def control_report(effects: Mapping[str, dict[str, Any]], gate_document: dict[str, Any], *, gate_episodes: int,
-                   fixed_episodes: int, gepa: Mapping[str, GepaRule], baseline_mean: float) -> dict[str, Any]:  # fmt: skip
+def control_report(effects: Mapping[str, dict[str, Any]], gate_document: dict[str, Any] | None, *,
+                   gate_episodes: int | None, fixed_episodes: int, gepa: Mapping[str, GepaRule],
+                   baseline_mean: float) -> dict[str, Any]:  # fmt: skip
     """One row per edit: its measured effect (eval comparison's success entry: difference, bootstrap_ci,
-    p_value, episodes, after), the gate's status and interval, and GEPA's verdicts; plus the budgets."""
-    by_id = {row["intervention_id"]: row for row in gate_document["contributions"]}
+    p_value, episodes, after), the gate's status and interval, and GEPA's verdicts; plus the budgets.
+    `gate_document` None: the gate was not run (bench --no-gate), and each row says so."""
+    by_id = {} if gate_document is None else {row["intervention_id"]: row for row in gate_document["contributions"]}
     missing = sorted(set(effects) - set(by_id))
-    if missing:
+    if gate_document is not None and missing:
         raise ValueError(f"the gate decided nothing on {missing} (its contributions: {sorted(by_id)})")
     rows = []
     for edit, effect in effects.items():
-        gate = by_id[edit]
+        gate = by_id.get(edit)
         rows.append({"edit": edit, "effect": dict(effect),
-                     "gate": {key: gate[key] for key in ("status", "coefficient", "ci_low", "ci_high")},
+                     "gate": None if gate is None else {key: gate[key] for key in ("status", "coefficient", "ci_low", "ci_high")},
                      "gepa": asdict(gepa[edit])})  # fmt: skip
     means = {"none": baseline_mean, **{edit: effect["after"] for edit, effect in effects.items()}}
-    return {"schema_version": 1, "kind": "gate_positive_control", "decided_on": gate_document["decided_on"],
+    return {"schema_version": 1, "kind": "gate_positive_control",
+            "decided_on": None if gate_document is None else gate_document["decided_on"],
             "rows": rows, "gate_episodes": gate_episodes, "fixed_design_episodes": fixed_episodes,
             "gepa_final_pick": gepa_final_pick(means), "means": means}  # fmt: skip
 
 
 def control_lines(report: dict[str, Any]) -> list[str]:
     """The report as a Markdown table and two lines of budget and final pick."""
-    lines = ["| edit | measured effect on success (eval, paired) [95% CI] p | gate (" + report["decided_on"]
+    decided_on = report["decided_on"] or "not run"
+    lines = ["| edit | measured effect on success (eval, paired) [95% CI] p | gate (" + decided_on
              + ") [Holm CI] | GEPA first minibatch | GEPA P(admit) (skipped) |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     for row in report["rows"]:
@@ -108,11 +112,15 @@ def control_lines(report: dict[str, Any]) -> list[str]:
         ci = effect.get("bootstrap_ci")
         interval = "n/a" if ci is None else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
         first = {None: "skipped", True: "admit", False: "reject"}[gepa["first_admitted"]]
+        verdict = "not run" if gate is None else (
+            f"{gate['status']} {_signed(gate['coefficient'])} [{_signed(gate['ci_low'])}, {_signed(gate['ci_high'])}]")
         lines.append(f"| {row['edit']} | {effect['difference']:+.3f} {interval} p={effect['p_value']:.3f} "
-                     f"({effect['episodes']} episodes) | {gate['status']} {_signed(gate['coefficient'])} "
-                     f"[{_signed(gate['ci_low'])}, {_signed(gate['ci_high'])}] | {first} | "
+                     f"({effect['episodes']} episodes) | {verdict} | {first} | "
                      f"{gepa['admit_rate']:.2f} ({gepa['skip_rate']:.2f}) |")  # fmt: skip
-    lines += ["", f"Gate episodes: {report['gate_episodes']} (the fixed design's: {report['fixed_design_episodes']}).",
+    budget = ("Gate not run (--no-gate); the fixed design would run " + f"{report['fixed_design_episodes']} episodes."
+              if report["gate_episodes"] is None
+              else f"Gate episodes: {report['gate_episodes']} (the fixed design's: {report['fixed_design_episodes']}).")
+    lines += ["", budget,
               f"GEPA's returned program (highest mean of none / each edit on the eval's episodes): "
               f"{report['gepa_final_pick']}."]  # fmt: skip
     return lines

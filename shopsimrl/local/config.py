@@ -90,6 +90,13 @@ class DriverConfig(StrictModel):
     kl_loss_coef: float = 0.0
     kl_loss_type: KlLossType = KlLossType.LOW_VAR_KL
     lr: float = Field(1e-6, gt=0)
+    lr_warmup_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=1,  # Megatron asserts warm-up < decay steps
+        description="share of the run's samples over which the lr rises linearly from 0 (slime --lr-warmup-fraction; "
+        "local/lr_warmup.py); the critic's optimizer warms up the same way (slime's critic role inherits it)",
+    )
     weight_decay: float = Field(0.1, ge=0)
     adam_beta1: float = Field(0.9, ge=0, lt=1)
     adam_beta2: float = Field(0.98, ge=0, lt=1)
@@ -120,6 +127,13 @@ class DriverConfig(StrictModel):
     @property
     def num_steps_per_rollout(self) -> int:
         return self.rollout_batch_size * self.n_samples_per_prompt // self.global_batch_size
+
+    @property
+    def lr_warmup_samples(self) -> float:
+        """slime's warm-up length in samples: fraction x lr_decay_iters x global_batch_size, where
+        lr_decay_iters defaults to train_iters = num_rollout x rollout_batch_size x n // global_batch_size."""
+        train_iters = self.num_rollout * self.rollout_batch_size * self.n_samples_per_prompt // self.global_batch_size
+        return self.lr_warmup_fraction * train_iters * self.global_batch_size
 
 
 class CriticConfig(StrictModel):

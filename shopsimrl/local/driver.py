@@ -43,6 +43,7 @@ from shopsimrl.local.config import RunConfig
 from shopsimrl.local.critic import ValueHead, load_critic_from
 from shopsimrl.local.grpo import GrpoConfig, GrpoTrainer, RolloutTrainResult, TrainItem
 from shopsimrl.local.hooks import Hooks, resolve_hooks
+from shopsimrl.local.lr_warmup import LinearWarmup
 from shopsimrl.local.ppo import PpoConfig, PpoTrainer
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
@@ -205,6 +206,7 @@ class LocalDriver:
             model, optimizer, grpo, ref_model=ref_model,
             on_micro_batch=lambda done, total: self.on_event("micro_batch", {"done": done, "total": total}),
             trunk=trunk, compute_dtype=config.model.compute_dtype.torch,
+            lr_schedule=LinearWarmup(optimizer, lr=driver.lr, warmup_samples=driver.lr_warmup_samples),
         )  # fmt: skip
         self.ppo: PpoTrainer | None = _ppo_trainer(config, model, self.trainer) if config.uses_critic else None
 
@@ -404,7 +406,9 @@ def _ppo_trainer(config: RunConfig, model: Any, actor: GrpoTrainer) -> PpoTraine
         num_critic_only_steps=driver.num_critic_only_steps,
         critic_clip_grad=critic_config.clip_grad,
     )
-    return PpoTrainer(actor, critic, optimizer, ppo, critic_start=start)
+    # slime's critic role inherits every actor argument its overrides leave alone, the warm-up included.
+    warmup = LinearWarmup(optimizer, lr=critic_config.lr, warmup_samples=driver.lr_warmup_samples)
+    return PpoTrainer(actor, critic, optimizer, ppo, critic_start=start, critic_lr_schedule=warmup)
 
 
 def train_items(samples: Sequence[Any], rewards: Sequence[float]) -> list[TrainItem]:

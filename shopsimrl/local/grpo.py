@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from shopsimrl.local.config import KlLossType
+from shopsimrl.local.lr_warmup import LinearWarmup
 from shopsimrl.local.trunk import FrozenTrunk
 from shopsimrl.metrics import names as m
 from shopsimrl.metrics.resources import StepTimes
@@ -489,6 +490,7 @@ class GrpoTrainer:
         on_micro_batch: Callable[[int, int], None] | None = None,
         trunk: FrozenTrunk | None = None,
         compute_dtype: torch.dtype = torch.float32,
+        lr_schedule: LinearWarmup | None = None,
     ):
         if config.use_kl_loss and ref_model is None:
             raise ValueError("use_kl_loss needs a reference model")
@@ -498,6 +500,7 @@ class GrpoTrainer:
         self.ref_model = ref_model
         self.trunk = trunk  # the policy's frozen bottom layers (trunk.py); never the reference model's
         self.compute_dtype = compute_dtype  # bfloat16: forwards under autocast, float32 weights and optimizer
+        self.lr_schedule = lr_schedule  # None: the optimizer's lr as given, every step
         # (done, total) after each micro-batch's backward: an update takes minutes on a CPU
         self.on_micro_batch = on_micro_batch or (lambda _done, _total: None)
 
@@ -640,10 +643,13 @@ class GrpoTrainer:
             self.on_micro_batch(done, len(batches))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
         self.optimizer.step()
+        if self.lr_schedule is not None:
+            self.lr_schedule.step(num_rollouts)
         times = StepTimes(steps=[time.perf_counter() - step_start], micro_batches=micro_batch_times)
         logged = dict(totals)
         logged[m.TRAIN_GRAD_NORM.name] = float(grad_norm)
-        # slime logs `train/lr-pg_<i>` per parameter group; the local optimizer has exactly one.
+        # slime logs `train/lr-pg_<i>` per parameter group (the scheduler's lr after its step, which the
+        # next step runs at); the local optimizer has exactly one.
         logged[m.TRAIN_LR_PG0.name] = float(self.optimizer.param_groups[0]["lr"])
         logged[m.TRAIN_GLOBAL_BATCH_SIZE.name] = float(num_rollouts)
         logged[m.TRAIN_STEP.name] = train_step

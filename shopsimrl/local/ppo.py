@@ -36,6 +36,7 @@ from shopsimrl.local.grpo import (
     rollout_mask_sums,
     score_responses,
 )
+from shopsimrl.local.lr_warmup import LinearWarmup
 from shopsimrl.metrics import names as m
 from shopsimrl.metrics.resources import StepTimes
 
@@ -73,12 +74,14 @@ class PpoTrainer:
         critic_optimizer: torch.optim.Optimizer,
         config: PpoConfig,
         critic_start: Path | None = None,
+        critic_lr_schedule: LinearWarmup | None = None,
     ):
         self.actor = actor
         self.critic = critic
         self.critic_optimizer = critic_optimizer
         self.config = config
         self.critic_start = critic_start  # the saved critic it started from; None: freshly initialised
+        self.critic_lr_schedule = critic_lr_schedule
 
     def train_rollout(self, items: Sequence[TrainItem], rollout_id: int, global_batch_size: int) -> PpoRolloutResult:
         cfg = self.config
@@ -187,6 +190,8 @@ class PpoTrainer:
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.critic_clip_grad)
         self.critic_optimizer.step()
+        if self.critic_lr_schedule is not None:
+            self.critic_lr_schedule.step(num_rollouts)
         row = dict(metrics)
         row[m.TRAIN_CRITIC_GRAD_NORM.name] = float(grad_norm)
         row[m.TRAIN_CRITIC_LR_PG0.name] = float(self.critic_optimizer.param_groups[0]["lr"])

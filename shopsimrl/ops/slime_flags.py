@@ -155,6 +155,7 @@ FLAGS: tuple[SlimeFlag, ...] = tuple(
             # optimizer
             ("--optimizer", "adam"),
             ("--lr", "learning rate"),
+            ("--lr-warmup-fraction", "linear warm-up from 0 over this share of the run"),
             ("--lr-decay-style", "schedule"),
             ("--weight-decay", "weight decay"),
             ("--adam-beta1", "Adam beta1"),

@@ -115,3 +115,17 @@ def test_the_report_refuses_an_edit_the_gate_did_not_decide_on():
     with pytest.raises(ValueError, match=r"the gate decided nothing on \['pc-other'\]"):
         control_report({"pc-other": _effect(0.0, 0.5)}, _gate_document(), gate_episodes=1, fixed_episodes=1, gepa=gepa,
                        baseline_mean=0.5)  # fmt: skip
+
+
+def test_without_the_gate_the_report_says_it_was_not_run_and_keeps_the_effects_and_gepa():
+    gepa = {"pc-helpful": GepaRule(3, 2000, False, 0.16, 0.2), "pc-misleading": GepaRule(3, 2000, False, 0.10, 0.2)}
+    report = control_report({"pc-helpful": _effect(0.025, 0.113), "pc-misleading": _effect(0.025, 0.113)}, None,
+                            gate_episodes=None, fixed_episodes=1288, gepa=gepa, baseline_mean=0.087)  # fmt: skip
+    assert [row["gate"] for row in report["rows"]] == [None, None]
+    assert report["decided_on"] is None
+    lines = control_lines(report)
+    assert lines[0].startswith("| edit | measured effect on success (eval, paired) [95% CI] p | gate (not run) [Holm CI]")
+    assert lines[2] == ("| pc-helpful | +0.025 [-0.075, +0.125] p=0.004 (200 episodes) | not run | reject | "
+                        "0.16 (0.20) |")  # fmt: skip
+    assert lines[-2] == "Gate not run (--no-gate); the fixed design would run 1288 episodes."
+    assert report["gepa_final_pick"] == "pc-helpful"  # the earlier program on a tie
