@@ -1,12 +1,11 @@
 """The local optimizers' lr warm-up against the real thing: slime v0.3.1's `get_optimizer_param_scheduler`
-(read from ../shared/vendor and run) building Megatron's own `OptimizerParamScheduler` (megatron-core,
+(read from slime's source as tests/slime_source.py finds it, and run) building Megatron's own `OptimizerParamScheduler` (megatron-core,
 installed by `make setup` without its dependencies: the scheduler is plain Python over torch)."""
 
 from __future__ import annotations
 
 import ast
 import math
-import os
 from argparse import Namespace
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from slime_source import SLIME_SRC, requires_slime
 
 from shopsimrl.errors import ConfigError
 from shopsimrl.local.config import DriverConfig, RunConfig
@@ -23,12 +23,7 @@ from shopsimrl.metrics import names as m
 from shopsimrl.storage import read_jsonl
 from shopsimrl.tracking import WandbSettings
 
-ROOT = Path(__file__).resolve().parents[2]
-SLIME_SRC = Path(os.environ.get("SLIME_SRC") or ROOT.parent / "shared/vendor/slime-v0.3.1")
-SLIME_MODEL_PY = SLIME_SRC / "slime/backends/megatron_utils/model.py"
 NO_WANDB = WandbSettings.from_env({"USE_WANDB": "0"})
-
-needs_slime = pytest.mark.skipif(not SLIME_MODEL_PY.is_file(), reason=f"no vendored slime at {SLIME_SRC}")
 
 
 def _slime_scheduler_factory() -> Callable[[Namespace, Any], Any]:
@@ -38,14 +33,15 @@ def _slime_scheduler_factory() -> Callable[[Namespace, Any], Any]:
     megatron_scheduler = pytest.importorskip(
         "megatron.core.optimizer_param_scheduler", reason="megatron-core is not installed (make setup installs it)"
     )
-    tree = ast.parse(SLIME_MODEL_PY.read_text())
+    model_py = Path(SLIME_SRC) / "slime/backends/megatron_utils/model.py"
+    tree = ast.parse(model_py.read_text())
     [node] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_optimizer_param_scheduler"]
     namespace: dict[str, Any] = {
         "Namespace": Namespace,
         "MegatronOptimizer": Any,
         "OptimizerParamScheduler": megatron_scheduler.OptimizerParamScheduler,
     }
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(SLIME_MODEL_PY), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(model_py), "exec"), namespace)  # noqa: S102
     return namespace["get_optimizer_param_scheduler"]
 
 
@@ -91,7 +87,7 @@ def _driver(**overrides: Any) -> DriverConfig:
     return DriverConfig(**{**base, **overrides})
 
 
-@needs_slime
+@requires_slime
 @pytest.mark.parametrize(
     ("fraction", "increments"),
     [
@@ -129,17 +125,17 @@ def test_the_round_config_names_a_bad_fraction(tiny_config: Callable[..., RunCon
         tiny_config(driver={"lr_warmup_fraction": -0.1})
 
 
-def _train_rows(config: RunConfig) -> list[dict[str, Any]]:
+def _rows_with(config: RunConfig, key: str) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl rows that carry `key`, after a real local run."""
     result = run_training(config, settings=NO_WANDB, echo=lambda _line: None)
-    rows = [r for r in read_jsonl(result.stage_dir / "metrics.jsonl").records if isinstance(r, dict)]
-    return [r for r in rows if m.TRAIN_LR_PG0.name in r]
+    return [r for r in read_jsonl(result.stage_dir / "metrics.jsonl").records if isinstance(r, dict) and key in r]
 
 
-@needs_slime
+@requires_slime
 def test_a_local_run_logs_megatrons_lrs_and_its_first_step_moves_no_weight(tiny_config) -> None:
     # tiny_run_config: 2 rollouts x 4 trajectories, 2 a step -> 4 optimizer steps; half of them warm up.
     config = tiny_config(driver={"lr_warmup_fraction": 0.5})
-    rows = _train_rows(config)
+    rows = _rows_with(config, m.TRAIN_LR_PG0.name)
     increments = [int(r[m.TRAIN_GLOBAL_BATCH_SIZE.name]) for r in rows]
     assert len(rows) == 4
     _first, megatron_after = _megatron_lrs(config.driver, increments)
@@ -152,19 +148,17 @@ def test_a_local_run_logs_megatrons_lrs_and_its_first_step_moves_no_weight(tiny_
 
 def test_without_warm_up_the_first_step_moves_the_policy(tiny_config) -> None:
     """The control for the test above: the same run at a constant lr, where step 0 does change step 1's ratio."""
-    rows = _train_rows(tiny_config())
+    rows = _rows_with(tiny_config(), m.TRAIN_LR_PG0.name)
     assert [r[m.TRAIN_LR_PG0.name] for r in rows] == pytest.approx([1e-3] * 4)
     assert abs(rows[1][m.TRAIN_PPO_KL.name]) > 1e-6
     assert all(math.isfinite(r[m.TRAIN_PPO_KL.name]) for r in rows)
 
 
-@needs_slime
+@requires_slime
 def test_the_critic_warms_up_with_the_actor(tiny_config) -> None:
     """slime's critic role inherits every actor argument its overrides leave alone, --lr-warmup-fraction too."""
     config = tiny_config(driver={"advantage_estimator": "ppo", "lr_warmup_fraction": 0.5}, critic={"lr": 3e-3})
-    result = run_training(config, settings=NO_WANDB, echo=lambda _line: None)
-    rows = [r for r in read_jsonl(result.stage_dir / "metrics.jsonl").records if isinstance(r, dict)]
-    critic = [r for r in rows if m.TRAIN_CRITIC_LR_PG0.name in r]
+    critic = _rows_with(config, m.TRAIN_CRITIC_LR_PG0.name)
     increments = [int(r[m.TRAIN_CRITIC_GLOBAL_BATCH_SIZE.name]) for r in critic]
     _first, megatron_after = _megatron_lrs(config.driver.model_copy(update={"lr": 3e-3}), increments)
     assert [r[m.TRAIN_CRITIC_LR_PG0.name] for r in critic] == pytest.approx(megatron_after, rel=1e-12, abs=0.0)
