@@ -14,41 +14,17 @@ Writes OUT_DIR/rank<r>.json (the rank's values, returns, advantages and loss mas
 and, from the rank slime logs on, OUT_DIR/logged.json: every dict slime hands its W&B/TensorBoard
 sink (`slime.utils.logging_utils.log`, the one function replaced here, to record instead of upload).
 
-Stand-ins, because Megatron is not vendored: `megatron.core.mpu` answers as Megatron's parallel state
-does for a pure data-parallel job of len(ranks) ranks (tensor rank 0, last pipeline stage, context
-parallel size 1, the data-parallel groups = the world group), and `megatron.core.packed_seq_params`
-exists (imported, not called).
+No stand-in for Megatron: slime's code asks `megatron.core.mpu` for its ranks and groups, and each
+rank here initializes Megatron's own parallel state (megatron-core, which `make setup` installs) for a
+pure data-parallel job of len(ranks) ranks on gloo: tensor, pipeline and context parallel sizes 1.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import types
 from argparse import Namespace
 from pathlib import Path
-
-
-def _install_megatron_stub(rank: int, world: int) -> None:
-    import torch.distributed as dist
-
-    mpu = types.ModuleType("megatron.core.mpu")
-    mpu.get_tensor_model_parallel_rank = lambda: 0
-    mpu.is_pipeline_last_stage = lambda *a, **k: True
-    mpu.get_context_parallel_world_size = lambda: 1
-    mpu.get_context_parallel_rank = lambda: 0
-    mpu.get_data_parallel_world_size = lambda with_context_parallel=False: world
-    mpu.get_data_parallel_rank = lambda with_context_parallel=False: rank
-    mpu.get_data_parallel_src_rank = lambda with_context_parallel=False: 0
-    mpu.get_data_parallel_group = lambda with_context_parallel=False: dist.group.WORLD
-    mpu.get_data_parallel_group_gloo = lambda with_context_parallel=False: dist.group.WORLD
-    packed = types.ModuleType("megatron.core.packed_seq_params")
-    packed.PackedSeqParams = object
-    core = types.ModuleType("megatron.core")
-    core.mpu = mpu
-    for name, module in (("megatron", types.ModuleType("megatron")), ("megatron.core", core),
-                         ("megatron.core.mpu", mpu), ("megatron.core.packed_seq_params", packed)):  # fmt: skip
-        sys.modules[name] = module
 
 
 def _rank(rank: int, spec: dict, out: Path) -> None:
@@ -57,7 +33,9 @@ def _rank(rank: int, spec: dict, out: Path) -> None:
 
     world = len(spec["ranks"])
     dist.init_process_group("gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=world)
-    _install_megatron_stub(rank, world)
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel()  # every model-parallel size 1: data parallel over the world
     from slime.backends.megatron_utils.data import log_rollout_data
     from slime.backends.megatron_utils.loss import compute_advantages_and_returns
     from slime.utils import logging_utils
@@ -91,6 +69,7 @@ def _rank(rank: int, spec: dict, out: Path) -> None:
     # No rank tears its gloo pairs down while the other is still in a collective: one full `make test`
     # saw rank 0 abort ("terminate called without an active exception") without this barrier.
     dist.barrier()
+    parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
 
 

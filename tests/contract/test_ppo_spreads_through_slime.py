@@ -1,6 +1,6 @@
 """`rollout/ppo/*` on the slime backend: our rollout-data hook between slime's own GAE and slime's own log.
 
-slime_ppo_spread_probe.py runs, on two data-parallel CPU ranks, slime v0.3.1's
+slime_ppo_spread_probe.py runs, on two data-parallel CPU ranks under Megatron's parallel state, slime v0.3.1's
 `compute_advantages_and_returns` (PPO: GAE from the critic's values, optional whitening across the
 ranks), then `shopsimrl.slime_metrics.add_ppo_spread_metrics` loaded by slime's `load_function`, then
 slime's `log_rollout_data`, and records what slime hands its W&B sink. The expected numbers come
@@ -47,6 +47,8 @@ RANKS = [
 
 
 def _run_probe(tmp_path: Path, ranks: list[dict], **settings: object) -> tuple[dict, list[dict]]:
+    # The probe's ranks run Megatron's own parallel state, not a stand-in of it.
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (make setup installs it)")
     spec = tmp_path / "spec.json"
     out = tmp_path / "out"
     out.mkdir()
