@@ -29,7 +29,6 @@ base weights are the default).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -41,10 +40,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_speed import cpu, progress, restore, setup, warm_weights  # noqa: E402
+from bench_speed import cpu, expert_batch, progress, restore, setup, warm_weights  # noqa: E402
 
 from shopsimrl.local.trunk import FrozenTrunk  # noqa: E402
-from shopsimrl.local.warm_start import expert_items, sft_step  # noqa: E402
+from shopsimrl.local.warm_start import sft_step  # noqa: E402
+from shopsimrl.storage.atomic import atomic_write_json  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PRODUCTS = {"aten::mm", "aten::bmm", "aten::addmm"}
@@ -105,64 +105,49 @@ def op_class(name: str) -> str:
     return "rest"
 
 
-def classify(profile: Any) -> dict[str, dict[str, float]]:
-    """Self time (s) and FLOPs of each class, from the profile's per-shape averages."""
-    classes = {name: {"seconds": 0.0, "gflop": 0.0} for name in ("products", "attention", "rest")}
+def classify(profile: Any, totals: dict[str, dict[str, float]]) -> None:
+    """Add each class's self time (s) and GFLOP in `profile` to `totals`."""
     for event in profile.key_averages(group_by_input_shape=True):
-        bucket = classes[op_class(event.key)]
+        bucket = totals[op_class(event.key)]
         bucket["seconds"] += event.self_cpu_time_total / 1e6
         bucket["gflop"] += op_flops(event.key, event.input_shapes) * event.count / 1e9
-    for bucket in classes.values():
-        bucket["gflops"] = bucket["gflop"] / bucket["seconds"] if bucket["gflop"] else 0.0
-    return classes
 
 
 def bench_step(env: dict[str, Any], weights: dict[str, torch.Tensor] | None, steps: int,
                dtype_name: str, peak_gflops: float) -> dict[str, Any]:  # fmt: skip
     """The warm start's steps as `warm_start()` takes them (same rng and batches), the first
     unprofiled, then `steps` profiled ones."""
-    model, config, tokenizer = env["model"], env["config"], env["tokenizer"]
-    ws = config.warm_start
+    model, config = env["model"], env["config"]
+    dtype = DTYPES[dtype_name]
     restore(model, weights or env["base"])
     model.train()
     trunk = FrozenTrunk.of(model)
     rng = random.Random(config.model.seed)
     optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0
+        [p for p in model.parameters() if p.requires_grad], lr=config.warm_start.lr, weight_decay=0.0
     )
-    seconds, tokens, classes = 0.0, 0, None
+    classes = {name: {"seconds": 0.0, "gflop": 0.0} for name in ("products", "attention", "rest")}
+    seconds, tokens = 0.0, 0
     for step in range(steps + 1):
-        batch = [item for task in rng.sample(list(env["tasks"]), k=min(ws.batch_size, len(env["tasks"])))
-                 for item in expert_items(task, env["catalog"], tokenizer, config.shopsim,
-                                          noise=ws.expert_noise, seed=rng.randrange(1 << 30))]  # fmt: skip
+        batch = expert_batch(env, rng, min(config.warm_start.batch_size, len(env["tasks"])))
         optimizer.zero_grad(set_to_none=True)
         if step == 0:
-            sft_step(model, batch, 4096, trunk, DTYPES[dtype_name])
+            sft_step(model, batch, 4096, trunk, dtype)
             optimizer.step()
             continue
         started = time.perf_counter()
         with torch.profiler.profile(record_shapes=True) as profile:
-            sft_step(model, batch, 4096, trunk, DTYPES[dtype_name])
+            sft_step(model, batch, 4096, trunk, dtype)
         took = time.perf_counter() - started
-        seconds += took
         optimizer.step()
+        seconds += took
         tokens += sum(len(item.tokens) for item in batch)
-        step_classes = classify(profile)
-        classes = (
-            step_classes
-            if classes is None
-            else {
-                name: {key: classes[name][key] + step_classes[name][key] for key in ("seconds", "gflop")}
-                for name in classes
-            }
-        )
+        classify(profile, classes)
         progress(f"step [{dtype_name}] {step}/{steps}: {took:.2f} s")
-    assert classes is not None
     for bucket in classes.values():
         bucket["gflops"] = bucket["gflop"] / bucket["seconds"] if bucket["gflop"] else 0.0
         bucket["s_per_step"] = bucket["seconds"] / steps
-    counted = classes["products"]["gflop"] + classes["attention"]["gflop"]
-    floor = counted / peak_gflops / steps
+    floor = (classes["products"]["gflop"] + classes["attention"]["gflop"]) / peak_gflops / steps
     return {
         "steps": steps,
         "tokens": tokens,
@@ -206,6 +191,8 @@ def main() -> None:
     unknown = [name for name in dtypes if name not in DTYPES]
     if unknown:
         raise SystemExit(f"--dtypes: unknown {unknown}; choose from {sorted(DTYPES)}")
+    if args.steps < 1:
+        raise SystemExit(f"--steps {args.steps}: at least 1 profiled step is needed")
     out: dict[str, Any] = {"cpu": cpu(), "config": args.config}
     out["peak"] = bench_peak(dtypes)
     env = setup(args.config, str(Path("runs") / "bench-floor"))
@@ -216,7 +203,7 @@ def main() -> None:
     }
     report(out)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        atomic_write_json(args.json, out)
 
 
 if __name__ == "__main__":

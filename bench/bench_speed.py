@@ -163,10 +163,19 @@ def max_weight_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
+def expert_batch(env: dict[str, Any], rng: random.Random, size: int) -> list[Any]:
+    """`size` tasks' expert episodes, drawn from `rng` as `warm_start()` draws a batch (the tasks, then
+    each task's noise seed)."""
+    config = env["config"]
+    return [item for task in rng.sample(list(env["tasks"]), k=size)
+            for item in expert_items(task, env["catalog"], env["tokenizer"], config.shopsim,
+                                     noise=config.warm_start.expert_noise, seed=rng.randrange(1 << 30))]  # fmt: skip
+
+
 # ---------------------------------------------------------------------- warm start
 def bench_warm_start(env: dict[str, Any], steps: int, dtypes: list[str]) -> dict[str, Any]:
     """The warm start's supervised steps as `warm_start()` takes them (same rng, batches, optimizer)."""
-    model, config, tokenizer = env["model"], env["config"], env["tokenizer"]
+    model, config = env["model"], env["config"]
     ws = config.warm_start
     out: dict[str, Any] = {"steps": steps, "batch_size": ws.batch_size}
     finals = {}
@@ -181,9 +190,7 @@ def bench_warm_start(env: dict[str, Any], steps: int, dtypes: list[str]) -> dict
         )
         seconds, losses, tokens = [], [], 0
         for step in range(1, steps + 1):
-            batch = [item for task in rng.sample(list(env["tasks"]), k=min(ws.batch_size, len(env["tasks"])))
-                     for item in expert_items(task, env["catalog"], tokenizer, config.shopsim,
-                                              noise=ws.expert_noise, seed=rng.randrange(1 << 30))]  # fmt: skip
+            batch = expert_batch(env, rng, min(ws.batch_size, len(env["tasks"])))
             tokens += sum(len(item.tokens) for item in batch)
             started = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)

@@ -32,10 +32,9 @@ from transformers.cache_utils import DynamicCache
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_speed import cpu, progress, restore, setup, warm_weights  # noqa: E402
+from bench_speed import cpu, expert_batch, progress, restore, setup, warm_weights  # noqa: E402
 
 from shopsimrl.local.trunk import FrozenTrunk  # noqa: E402
-from shopsimrl.local.warm_start import expert_items  # noqa: E402
 from shopsimrl.rollout.generators.precision import compute_precision  # noqa: E402
 
 
@@ -90,13 +89,11 @@ def main() -> None:
     options = parser.parse_args()
     env = setup(options.config, "/tmp/bench-split-runs")
     restore(env["model"], warm_weights(env, options.weights))
-    model, config = env["model"], env["config"]
+    model = env["model"]
     model.train()
     trunk = FrozenTrunk.of(model)
     rng = random.Random(0)
-    items = [item for task in rng.sample(list(env["tasks"]), k=options.rows)
-             for item in expert_items(task, env["catalog"], env["tokenizer"], config.shopsim,
-                                      noise=config.warm_start.expert_noise, seed=rng.randrange(1 << 30))]  # fmt: skip
+    items = expert_batch(env, rng, options.rows)
     rows = [list(item.tokens[:-1]) for item in items]
     prefix = next((k for k in range(min(map(len, rows))) if len({r[k] for r in rows}) > 1), min(map(len, rows)))
     bottoms = trunk.hidden(rows)
